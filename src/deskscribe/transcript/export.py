@@ -1,0 +1,368 @@
+"""Export a :class:`Transcript` to TXT, SRT, VTT, JSON, Markdown, CSV or DOCX.
+
+``render`` builds the file contents in memory (``str``, or ``bytes`` for DOCX); ``export``
+writes them atomically (temp file in the same folder, fsync, rename) and never replaces an
+existing file unless asked to.
+
+Speaker labels are shown by display name (``Transcript.speaker_name``). Conventions:
+
+- TXT without timestamps: one line per speaker turn (consecutive segments of the same speaker
+  joined), ``Name: text``; segments without a speaker get a line each, without a prefix.
+  With ``timestamps=True``: one line per segment, ``[HH:MM:SS.mmm] Name: text``.
+- SRT/VTT/Markdown/CSV/DOCX: one cue/row/paragraph per segment. Segments with empty text are
+  left out of SRT/VTT (an empty cue breaks players), kept elsewhere.
+- Times are rounded to the millisecond first, then split into fields, so 59.9996 s is
+  ``00:01:00.000``, never a 60-second field. Negative times are clamped to 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import errno
+import io
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .model import Segment, Transcript
+
+FORMATS = ("txt", "srt", "vtt", "json", "md", "csv", "docx")
+_ALIASES = {"markdown": "md", "text": "txt", "webvtt": "vtt"}
+# Characters XML 1.0 (and so DOCX) cannot hold: C0 controls other than tab/newline/CR.
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>~|])")
+
+
+class ExportExistsError(FileExistsError):
+    """The export target exists and ``overwrite`` was not given."""
+
+    def __init__(self, path: Path) -> None:
+        self.message = (
+            f"{path} already exists; pass overwrite=True to replace it, or choose another file name"
+        )
+        super().__init__(errno.EEXIST, self.message, str(path))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# --- time formatting -------------------------------------------------------------------------
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
+
+
+def format_timestamp(seconds: float, sep: str = ".") -> str:
+    """``HH:MM:SS.mmm`` (``sep=","`` gives SRT's ``HH:MM:SS,mmm``); hours grow past 99."""
+    h, rest = divmod(_ms(seconds), 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+def _seconds(seconds: float) -> str:
+    """Seconds with exactly three decimals, rounded like the timestamps (CSV)."""
+    whole, ms = divmod(_ms(seconds), 1000)
+    return f"{whole}.{ms:03d}"
+
+
+def format_clock(seconds: float) -> str:
+    """Short reading clock: ``MM:SS``, or ``H:MM:SS`` from one hour on (whole seconds, floored)."""
+    h, rest = divmod(_ms(seconds) // 1000, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    """Collapse all whitespace (including newlines) so text fits a line-based format."""
+    return " ".join(text.split())
+
+
+def _label(transcript: Transcript, segment: Segment) -> str | None:
+    return None if segment.speaker is None else transcript.speaker_name(segment.speaker)
+
+
+def _title(transcript: Transcript) -> str:
+    if transcript.source:
+        name = Path(transcript.source.replace("\\", "/")).name
+        if name:
+            return name
+    return "Transcript"
+
+
+def _turns(transcript: Transcript) -> Iterator[tuple[str | None, list[Segment]]]:
+    """Consecutive segments of the same (non-None) speaker; speaker-less segments stand alone."""
+    current: list[Segment] = []
+    for seg in transcript.segments:
+        if current and seg.speaker is not None and seg.speaker == current[-1].speaker:
+            current.append(seg)
+            continue
+        if current:
+            yield current[0].speaker, current
+        current = [seg]
+    if current:
+        yield current[0].speaker, current
+
+
+# --- renderers -------------------------------------------------------------------------------
+
+
+def _render_txt(transcript: Transcript, timestamps: bool) -> str:
+    lines: list[str] = []
+    if timestamps:
+        for seg in transcript.segments:
+            label = _label(transcript, seg)
+            prefix = f"[{format_timestamp(seg.start)}] " + (f"{label}: " if label else "")
+            lines.append((prefix + _one_line(seg.text)).rstrip())
+    else:
+        for speaker, segs in _turns(transcript):
+            text = " ".join(t for t in (_one_line(s.text) for s in segs) if t)
+            if speaker is not None:
+                lines.append(f"{transcript.speaker_name(speaker)}: {text}".rstrip())
+            else:
+                lines.append(text)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _cue_text(transcript: Transcript, seg: Segment) -> str:
+    label = _label(transcript, seg)
+    text = _one_line(seg.text)
+    return f"{label}: {text}" if label else text
+
+
+def _render_srt(transcript: Transcript) -> str:
+    cues: list[str] = []
+    for seg in transcript.segments:
+        if not seg.text.strip():
+            continue
+        start, end = seg.start, max(seg.start, seg.end)
+        text = _cue_text(transcript, seg).replace("-->", "->")
+        cues.append(
+            f"{len(cues) + 1}\n"
+            f"{format_timestamp(start, ',')} --> {format_timestamp(end, ',')}\n"
+            f"{text}\n"
+        )
+    return "\n".join(cues)
+
+
+def _vtt_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _render_vtt(transcript: Transcript) -> str:
+    parts = ["WEBVTT\n"]
+    for seg in transcript.segments:
+        if not seg.text.strip():
+            continue
+        start, end = seg.start, max(seg.start, seg.end)
+        text = _vtt_escape(_one_line(seg.text))
+        label = _label(transcript, seg)
+        if label:
+            text = f"<v {_vtt_escape(_one_line(label))}>{text}"
+        parts.append(f"{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n")
+    return "\n".join(parts)
+
+
+def _md_escape(text: str) -> str:
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _render_md(transcript: Transcript) -> str:
+    out = [f"# {_md_escape(_title(transcript))}", ""]
+    for seg in transcript.segments:
+        label = _label(transcript, seg)
+        head = f"**{_md_escape(_one_line(label))}** " if label else ""
+        line = f"{head}[{format_clock(seg.start)}] {_md_escape(_one_line(seg.text))}"
+        out += [line.rstrip(), ""]
+    return "\n".join(out)
+
+
+def _render_csv(transcript: Transcript) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)  # excel dialect: quotes fields with , " or newlines; CRLF rows
+    writer.writerow(["start", "end", "speaker", "text"])
+    for seg in transcript.segments:
+        writer.writerow(
+            [
+                _seconds(seg.start),
+                _seconds(seg.end),
+                _label(transcript, seg) or "",
+                seg.text.strip(),
+            ]
+        )
+    return buf.getvalue()
+
+
+def _render_docx(transcript: Transcript) -> bytes:
+    import docx  # python-docx; imported here so the model stays light to import
+    from docx.shared import RGBColor
+
+    def clean(text: str) -> str:
+        return _XML_INVALID.sub("", text)
+
+    document = docx.Document()
+    title = clean(_title(transcript))
+    document.core_properties.title = title
+    document.add_heading(title, level=1)
+    for seg in transcript.segments:
+        para = document.add_paragraph()
+        label = _label(transcript, seg)
+        if label:
+            para.add_run(clean(_one_line(label))).bold = True
+            para.add_run(" ")
+        stamp = para.add_run(f"[{format_clock(seg.start)}]")
+        stamp.font.color.rgb = RGBColor(0x70, 0x70, 0x70)
+        para.add_run(" " + clean(seg.text.strip()))
+    buf = io.BytesIO()
+    document.save(buf)
+    return buf.getvalue()
+
+
+# --- public API ------------------------------------------------------------------------------
+
+
+def _normalize_format(fmt: str) -> str:
+    key = fmt.strip().lower().lstrip(".")
+    key = _ALIASES.get(key, key)
+    if key not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; supported formats: {', '.join(FORMATS)}")
+    return key
+
+
+def render(transcript: Transcript, fmt: str, *, timestamps: bool = False) -> str | bytes:
+    """The contents of ``transcript`` in ``fmt`` (one of :data:`FORMATS`).
+
+    Returns ``bytes`` for DOCX, ``str`` otherwise. ``timestamps`` only changes TXT (the other
+    formats always carry times). Unknown formats raise ``ValueError``.
+    """
+    key = _normalize_format(fmt)
+    if key == "txt":
+        return _render_txt(transcript, timestamps)
+    if key == "srt":
+        return _render_srt(transcript)
+    if key == "vtt":
+        return _render_vtt(transcript)
+    if key == "json":
+        return transcript.to_json()
+    if key == "md":
+        return _render_md(transcript)
+    if key == "csv":
+        return _render_csv(transcript)
+    return _render_docx(transcript)
+
+
+def export(
+    transcript: Transcript,
+    path: str | os.PathLike[str],
+    fmt: str | None = None,
+    *,
+    overwrite: bool = False,
+    timestamps: bool = False,
+) -> Path:
+    """Write ``transcript`` to ``path`` atomically and return the path.
+
+    ``fmt`` defaults to the file's suffix. Text formats are UTF-8 (CSV with a byte-order mark so
+    spreadsheet apps detect it). An existing file raises :class:`ExportExistsError` unless
+    ``overwrite=True``; either way a reader never sees a half-written file, and no temp file is
+    left behind on failure.
+    """
+    target = Path(path)
+    if fmt is None:
+        if not target.suffix:
+            raise ValueError(
+                f"cannot tell the export format of {target}: give fmt or a file suffix "
+                f"(supported formats: {', '.join(FORMATS)})"
+            )
+        fmt = target.suffix
+    key = _normalize_format(fmt)
+    if not overwrite and os.path.lexists(target):
+        raise ExportExistsError(target)
+
+    content = render(transcript, key, timestamps=timestamps)
+    if isinstance(content, str):
+        content = content.encode("utf-8-sig" if key == "csv" else "utf-8")
+    _atomic_write(target, content, overwrite=overwrite)
+    return target
+
+
+def _atomic_write(target: Path, data: bytes, *, overwrite: bool) -> None:
+    directory = target.parent
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        _set_default_mode(tmp, target if overwrite else None)
+        if overwrite:
+            os.replace(tmp, target)
+        else:
+            _place_new(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    _fsync_dir(directory)
+
+
+def _place_new(tmp: Path, target: Path) -> None:
+    """Move ``tmp`` to ``target`` only if ``target`` does not exist, atomically where possible."""
+    try:
+        os.link(tmp, target)  # fails if target exists, even if created since our check
+    except FileExistsError:
+        raise ExportExistsError(target) from None
+    except OSError:
+        # No hard links here (FAT, some network shares): check-then-rename is the best we have.
+        if os.path.lexists(target):
+            raise ExportExistsError(target) from None
+        os.replace(tmp, target)
+
+
+def _set_default_mode(tmp: Path, existing: Path | None) -> None:
+    """mkstemp makes 0600 files; give the export the mode a normal new (or replaced) file has."""
+    if os.name != "posix":
+        return
+    try:
+        mode = existing.stat().st_mode & 0o7777 if existing is not None else None
+    except OSError:
+        mode = None
+    if mode is None:
+        mode = 0o666 & ~_umask()
+    with contextlib.suppress(OSError):
+        os.chmod(tmp, mode)
+
+
+def _umask() -> int:
+    try:  # Linux: read it without changing it (changing it is process-wide)
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable (POSIX); best effort, not possible on Windows."""
+    if os.name != "posix":
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,191 @@
+"""The transcript data model: words, segments, a whole transcript, and its JSON form.
+
+Plain dataclasses, no Qt and no heavy imports, so every layer (engine, speakers, library, GUI,
+CLI) can share them. Times are seconds from the start of the audio as floats.
+
+The JSON form is versioned (``{"format": "deskscribe-transcript", "version": 1, ...}``) and round-
+trips exactly: floats are written with Python's shortest exact repr, so
+``Transcript.from_json(t.to_json()) == t`` for any transcript of finite numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_NAME = "deskscribe-transcript"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Word:
+    """One word with its times. ``text`` keeps Whisper's leading space (``" hello"``)."""
+
+    start: float
+    end: float
+    text: str
+    probability: float = 1.0
+    speaker: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": float(self.start),
+            "end": float(self.end),
+            "text": self.text,
+            "probability": self.probability,
+            "speaker": self.speaker,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Word:
+        return cls(
+            start=float(data["start"]),
+            end=float(data["end"]),
+            text=str(data["text"]),
+            probability=float(data.get("probability", 1.0)),
+            speaker=_opt_str(data.get("speaker")),
+        )
+
+
+@dataclass
+class Segment:
+    """A run of speech Whisper decoded as one unit, with optional word times and speaker id."""
+
+    start: float
+    end: float
+    text: str
+    words: list[Word] = field(default_factory=list)
+    speaker: str | None = None
+    id: int = 0
+    avg_logprob: float = 0.0
+    no_speech_prob: float = 0.0
+    compression_ratio: float = 0.0
+    temperature: float = 0.0
+    tokens: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "start": float(self.start),
+            "end": float(self.end),
+            "text": self.text,
+            "speaker": self.speaker,
+            "avg_logprob": self.avg_logprob,
+            "no_speech_prob": self.no_speech_prob,
+            "compression_ratio": self.compression_ratio,
+            "temperature": self.temperature,
+            "tokens": list(self.tokens),
+            "words": [w.to_dict() for w in self.words],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Segment:
+        return cls(
+            start=float(data["start"]),
+            end=float(data["end"]),
+            text=str(data["text"]),
+            words=[Word.from_dict(w) for w in data.get("words") or []],
+            speaker=_opt_str(data.get("speaker")),
+            id=int(data.get("id", 0)),
+            avg_logprob=float(data.get("avg_logprob", 0.0)),
+            no_speech_prob=float(data.get("no_speech_prob", 0.0)),
+            compression_ratio=float(data.get("compression_ratio", 0.0)),
+            temperature=float(data.get("temperature", 0.0)),
+            tokens=[int(t) for t in data.get("tokens") or []],
+        )
+
+
+@dataclass
+class Transcript:
+    """A whole transcript: segments plus what it came from.
+
+    ``speakers`` maps speaker ids used in segments/words (``"S1"``) to display names
+    (``"Alice"``); ids without an entry are shown as the id itself.
+    """
+
+    segments: list[Segment]
+    language: str | None = None
+    duration: float | None = None
+    source: str | None = None
+    model: str | None = None
+    speakers: dict[str, str] = field(default_factory=dict)
+
+    def speaker_name(self, speaker_id: str) -> str:
+        """The display name for ``speaker_id``, or the id itself when it has none."""
+        return self.speakers.get(speaker_id) or speaker_id
+
+    @property
+    def text(self) -> str:
+        """All segment texts joined by single spaces, without leading/trailing whitespace."""
+        return " ".join(t for t in (s.text.strip() for s in self.segments) if t)
+
+    # --- serialization ---------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "language": self.language,
+            "duration": self.duration,
+            "source": self.source,
+            "model": self.model,
+            "speakers": dict(self.speakers),
+            "segments": [s.to_dict() for s in self.segments],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Transcript:
+        """Rebuild a transcript from :meth:`to_dict` output.
+
+        Raises ``ValueError`` for anything that is not a DeskScribe transcript of a version this
+        code understands, or that is missing required fields.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"not a DeskScribe transcript: expected an object, got {type(data).__name__}"
+            )
+        fmt = data.get("format")
+        if fmt != FORMAT_NAME:
+            raise ValueError(
+                f"not a DeskScribe transcript: format is {fmt!r}, expected {FORMAT_NAME!r}"
+            )
+        version = data.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(f"DeskScribe transcript has an invalid version: {version!r}")
+        if version > FORMAT_VERSION:
+            raise ValueError(
+                f"DeskScribe transcript version {version} is newer than this app supports "
+                f"(up to {FORMAT_VERSION}); update DeskScribe to open it"
+            )
+        try:
+            duration = data.get("duration")
+            speakers = data.get("speakers") or {}
+            return cls(
+                segments=[Segment.from_dict(s) for s in data["segments"]],
+                language=_opt_str(data.get("language")),
+                duration=None if duration is None else float(duration),
+                source=_opt_str(data.get("source")),
+                model=_opt_str(data.get("model")),
+                speakers={str(k): str(v) for k, v in speakers.items()},
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+            raise ValueError(f"malformed DeskScribe transcript: {detail}") from e
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """JSON text (UTF-8 friendly: non-ASCII characters are kept, not escaped)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Transcript:
+        """Parse :meth:`to_json` output; ``ValueError`` for invalid JSON or another format."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not a DeskScribe transcript: invalid JSON ({e})") from e
+        return cls.from_dict(data)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
