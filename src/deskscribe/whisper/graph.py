@@ -1,0 +1,289 @@
+"""Build our Whisper encoder and decoder ONNX graphs from a :class:`Checkpoint`.
+
+Encoder: ``mel [B, n_mels, 3000]`` → ``cross_k [L, B, H, dh, S]`` and ``cross_v [L, B, H, S, dh]``,
+the decoder's cross-attention keys/values for every layer, computed once per window.
+
+Decoder: ``tokens [B, T]`` + ``cache_index [B]`` + self-attention cache (``past_k [L, B, H, dh, P]``, ``past_v
+[L, B, H, P, dh]``) + the cross K/V → ``logits [B, V]`` of the last position, ``present_k/v``
+(the cache grown by T) and ``alignment [B, A, T, S]``: the cross-attention weights of the
+alignment heads, used for word timestamps. Keys are kept transposed so that each step is a
+plain MatMul. The softmax scale is folded into the query weights.
+
+Variants: ``fp32``; ``fp16`` (weights, activations and caches in float16, logits float32);
+``int8`` (linear weights int8 per output channel with ORT's DynamicQuantizeMatMul, activations
+float32, the encoder's convolutions left in float).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto
+
+from .onnx_writer import GraphWriter
+from .weights import Checkpoint, QuantizedTensor
+
+VARIANTS = ("fp32", "fp16", "int8")
+
+
+@dataclass
+class _Cfg:
+    variant: str
+
+    @property
+    def np_dtype(self) -> type:
+        return np.float16 if self.variant == "fp16" else np.float32
+
+    @property
+    def onnx_dtype(self) -> int:
+        return TensorProto.FLOAT16 if self.variant == "fp16" else TensorProto.FLOAT
+
+
+class _Builder:
+    def __init__(self, ckpt: Checkpoint, g: GraphWriter, cfg: _Cfg) -> None:
+        self.ck = ckpt
+        self.g = g
+        self.cfg = cfg
+
+    # -- weights -----------------------------------------------------------------
+    def float_weight(self, name: str, scale: float = 1.0, transpose: bool = False) -> str:
+        w = self.ck.float(name)
+        if scale != 1.0:
+            w = w * scale
+        if transpose:
+            w = w.T
+        return self.g.weight(w.astype(self.cfg.np_dtype))
+
+    def linear(self, x: str, prefix: str, bias: bool = True, scale: float = 1.0) -> str:
+        """``x @ W.T + b`` for the weight ``prefix.w`` (layout ``[out, in]``)."""
+        g = self.g
+        b = None
+        if bias and f"{prefix}.b" in self.ck.tensors:
+            b = self.ck.float(f"{prefix}.b") * scale
+        if self.cfg.variant == "int8":
+            raw = self.ck.get(f"{prefix}.w")
+            if isinstance(raw, QuantizedTensor) and scale == 1.0:
+                q, row_scale = raw.values, 1.0 / raw.scale.astype(np.float32)
+            else:
+                q, row_scale = quantize_rows(self.ck.float(f"{prefix}.w") * scale)
+            zero = np.zeros(q.shape[0], dtype=np.int8)
+            inputs = [x, g.weight(np.ascontiguousarray(q.T)), g.weight(row_scale), g.weight(zero)]
+            if b is not None:
+                inputs.append(g.weight(b.astype(np.float32)))
+            return g.op("DynamicQuantizeMatMul", *inputs, domain="com.microsoft")
+        y = g.op("MatMul", x, self.float_weight(f"{prefix}.w", scale, transpose=True))
+        if b is not None:
+            y = g.op("Add", y, g.weight(b.astype(self.cfg.np_dtype)))
+        return y
+
+    def layer_norm(self, x: str, prefix: str) -> str:
+        return self.g.op(
+            "LayerNormalization",
+            x,
+            self.float_weight(f"{prefix}.g"),
+            self.float_weight(f"{prefix}.b"),
+            axis=-1,
+            epsilon=1e-5,
+        )
+
+    def gelu(self, x: str) -> str:
+        g = self.g
+        dt = self.cfg.np_dtype
+        inner = g.op("Erf", g.op("Div", x, g.weight(np.array(np.sqrt(2.0), dtype=dt))))
+        one_plus = g.op("Add", inner, g.weight(np.array(1.0, dtype=dt)))
+        return g.op("Mul", g.op("Mul", x, one_plus), g.weight(np.array(0.5, dtype=dt)))
+
+    def mlp(self, x: str, prefix: str) -> str:
+        h = self.gelu(self.linear(x, f"{prefix}.mlp1"))
+        return self.linear(h, f"{prefix}.mlp2")
+
+    # -- attention helpers ---------------------------------------------------------
+    def split_heads(self, x: str, n_head: int, d_head: int, perm: list[int]) -> str:
+        g = self.g
+        shaped = g.op("Reshape", x, g.const([0, 0, n_head, d_head]))
+        return g.op("Transpose", shaped, perm=perm)
+
+    def merge_heads(self, x: str, d_model: int) -> str:
+        g = self.g
+        t = g.op("Transpose", x, perm=[0, 2, 1, 3])
+        return g.op("Reshape", t, g.const([0, 0, d_model]))
+
+    def attend(self, q: str, k_t: str, v: str, mask: str | None = None) -> tuple[str, str]:
+        """q [B,H,T,dh] · k_t [B,H,dh,S] → softmax → · v [B,H,S,dh]; returns (out, probs)."""
+        g = self.g
+        scores = g.op("MatMul", q, k_t)
+        if mask is not None:
+            scores = g.op("Add", scores, mask)
+        probs = g.op("Softmax", scores, axis=-1)
+        return g.op("MatMul", probs, v), probs
+
+
+def quantize_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per output row: returns (int8 [out, in], dequant scale [out])."""
+    peak = np.abs(w).max(axis=1)
+    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
+    d = ckpt.dims
+    cfg = _Cfg(variant)
+    g = GraphWriter(path, "whisper_encoder")
+    b = _Builder(ckpt, g, cfg)
+    try:
+        dh_a = d.n_audio_state // d.n_audio_head
+        mel = g.add_input("mel", TensorProto.FLOAT, ["batch", d.n_mels, 2 * d.n_audio_ctx])
+        # The convolutions stay in float even in the int8 variant (quantizing them costs accuracy).
+        x = g.op("Cast", mel, to=cfg.onnx_dtype)
+        for conv, stride in (("conv1", 1), ("conv2", 2)):
+            x = g.op(
+                "Conv",
+                x,
+                b.float_weight(f"enc.{conv}.w"),
+                b.float_weight(f"enc.{conv}.b"),
+                kernel_shape=[3],
+                pads=[1, 1],
+                strides=[stride],
+            )
+            x = b.gelu(x)
+        x = g.op("Transpose", x, perm=[0, 2, 1])
+        x = g.op("Add", x, b.float_weight("enc.pos"))
+        scale = dh_a**-0.5
+        for i in range(d.n_audio_layer):
+            p = f"enc.{i}"
+            h = b.layer_norm(x, f"{p}.attn_ln")
+            q = b.split_heads(b.linear(h, f"{p}.attn.q", scale=scale), d.n_audio_head, dh_a, [0, 2, 1, 3])
+            k = b.split_heads(b.linear(h, f"{p}.attn.k", bias=False), d.n_audio_head, dh_a, [0, 2, 3, 1])
+            v = b.split_heads(b.linear(h, f"{p}.attn.v"), d.n_audio_head, dh_a, [0, 2, 1, 3])
+            out, _ = b.attend(q, k, v)
+            x = g.op("Add", x, b.linear(b.merge_heads(out, d.n_audio_state), f"{p}.attn.o"))
+            x = g.op("Add", x, b.mlp(b.layer_norm(x, f"{p}.mlp_ln"), p))
+        x = b.layer_norm(x, "enc.ln")
+
+        dh_t = d.n_text_state // d.n_text_head
+        ks, vs = [], []
+        axis0 = g.const([0])
+        for i in range(d.n_text_layer):
+            p = f"dec.{i}.cross"
+            k = b.split_heads(b.linear(x, f"{p}.k", bias=False), d.n_text_head, dh_t, [0, 2, 3, 1])
+            v = b.split_heads(b.linear(x, f"{p}.v"), d.n_text_head, dh_t, [0, 2, 1, 3])
+            ks.append(g.op("Unsqueeze", k, axis0))
+            vs.append(g.op("Unsqueeze", v, axis0))
+        g.identity(g.op("Concat", *ks, axis=0), "cross_k")
+        g.identity(g.op("Concat", *vs, axis=0), "cross_v")
+        L, H = d.n_text_layer, d.n_text_head
+        g.add_output("cross_k", cfg.onnx_dtype, [L, "batch", H, dh_t, d.n_audio_ctx])
+        g.add_output("cross_v", cfg.onnx_dtype, [L, "batch", H, d.n_audio_ctx, dh_t])
+        g.save()
+    except BaseException:
+        g.abort()
+        raise
+
+
+def default_alignment_heads(ckpt: Checkpoint) -> list[tuple[int, int]]:
+    """The checkpoint's alignment heads, or (as openai/whisper does) all heads of the upper half."""
+    d = ckpt.dims
+    if ckpt.alignment_heads:
+        return [(int(layer), int(head)) for layer, head in ckpt.alignment_heads]
+    return [(layer, h) for layer in range(d.n_text_layer // 2, d.n_text_layer) for h in range(d.n_text_head)]
+
+
+def build_decoder(ckpt: Checkpoint, path: Path, variant: str, alignment_heads: list[tuple[int, int]]) -> None:
+    d = ckpt.dims
+    cfg = _Cfg(variant)
+    g = GraphWriter(path, "whisper_decoder")
+    b = _Builder(ckpt, g, cfg)
+    try:
+        L, H, dh = d.n_text_layer, d.n_text_head, d.n_text_state // d.n_text_head
+        S = d.n_audio_ctx
+        ft = cfg.onnx_dtype
+        tokens = g.add_input("tokens", TensorProto.INT64, ["batch", "tokens"])
+        # cache_index[b] names the row of the cache that sequence b continues: beam search
+        # reorders its beams here, on whatever device the cache lives on.
+        cache_index = g.add_input("cache_index", TensorProto.INT64, ["batch"])
+        past_k = g.add_input("past_k", ft, [L, "cache_batch", H, dh, "past"])
+        past_v = g.add_input("past_v", ft, [L, "cache_batch", H, "past", dh])
+        # Cross K/V may have batch 1 (shared by all beams, broadcast by MatMul) or batch B.
+        cross_k = g.add_input("cross_k", ft, [L, "audio_batch", H, dh, S])
+        cross_v = g.add_input("cross_v", ft, [L, "audio_batch", H, S, dh])
+        past_k = g.op("Gather", past_k, cache_index, axis=1)
+        past_v = g.op("Gather", past_v, cache_index, axis=1)
+
+        past_len = g.op("Shape", past_k, start=4, end=5)
+        n_new = g.op("Shape", tokens, start=1, end=2)
+        total = g.op("Add", past_len, n_new)
+        zero = g.const(0)
+        one = g.const(1)
+        squeeze0 = g.const([0])
+        start = g.op("Squeeze", past_len, squeeze0)
+        stop = g.op("Squeeze", total, squeeze0)
+        positions = g.op("Range", start, stop, one)
+        x = g.op(
+            "Add",
+            g.op("Gather", b.float_weight("dec.embed"), tokens, axis=0),
+            g.op("Gather", b.float_weight("dec.pos"), positions, axis=0),
+        )
+        # Causal mask [T, P+T]: query i (absolute position P+i) may not see key j > P+i.
+        key_pos = g.op("Range", zero, stop, one)
+        blocked = g.op("Greater", g.op("Unsqueeze", key_pos, squeeze0), g.op("Unsqueeze", positions, g.const([1])))
+        neg = np.array(-np.inf, dtype=cfg.np_dtype)
+        mask = g.op("Where", blocked, g.weight(neg), g.weight(np.array(0, dtype=cfg.np_dtype)))
+
+        scale = dh**-0.5
+        present_k, present_v, align = [], [], []
+        axis0 = g.const([0])
+        for i in range(L):
+            p = f"dec.{i}"
+            idx = g.const(i)
+            h = b.layer_norm(x, f"{p}.attn_ln")
+            q = b.split_heads(b.linear(h, f"{p}.attn.q", scale=scale), H, dh, [0, 2, 1, 3])
+            k_new = b.split_heads(b.linear(h, f"{p}.attn.k", bias=False), H, dh, [0, 2, 3, 1])
+            v_new = b.split_heads(b.linear(h, f"{p}.attn.v"), H, dh, [0, 2, 1, 3])
+            k_all = g.op("Concat", g.op("Gather", past_k, idx, axis=0), k_new, axis=3)
+            v_all = g.op("Concat", g.op("Gather", past_v, idx, axis=0), v_new, axis=2)
+            present_k.append(g.op("Unsqueeze", k_all, axis0))
+            present_v.append(g.op("Unsqueeze", v_all, axis0))
+            out, _ = b.attend(q, k_all, v_all, mask)
+            x = g.op("Add", x, b.linear(b.merge_heads(out, d.n_text_state), f"{p}.attn.o"))
+
+            h = b.layer_norm(x, f"{p}.cross_ln")
+            q = b.split_heads(b.linear(h, f"{p}.cross.q", scale=scale), H, dh, [0, 2, 1, 3])
+            out, probs = b.attend(
+                q, g.op("Gather", cross_k, idx, axis=0), g.op("Gather", cross_v, idx, axis=0)
+            )
+            x = g.op("Add", x, b.linear(b.merge_heads(out, d.n_text_state), f"{p}.cross.o"))
+            heads = [hd for layer, hd in alignment_heads if layer == i]
+            if heads:
+                align.append(g.op("Gather", probs, g.const(heads), axis=1))
+            x = g.op("Add", x, b.mlp(b.layer_norm(x, f"{p}.mlp_ln"), p))
+
+        x = b.layer_norm(x, "dec.ln")
+        last = g.op("Gather", x, g.const(-1), axis=1)  # [B, d]
+        if cfg.variant == "int8":
+            q, row_scale = quantize_rows(b.ck.float("dec.embed"))
+            zp = np.zeros(q.shape[0], dtype=np.int8)
+            logits = g.op(
+                "DynamicQuantizeMatMul",
+                last,
+                g.weight(np.ascontiguousarray(q.T)),
+                g.weight(row_scale),
+                g.weight(zp),
+                domain="com.microsoft",
+            )
+        else:
+            logits = g.op("MatMul", last, b.float_weight("dec.embed", transpose=True))
+        g.identity(g.op("Cast", logits, to=TensorProto.FLOAT), "logits")
+        g.identity(g.op("Concat", *present_k, axis=0), "present_k")
+        g.identity(g.op("Concat", *present_v, axis=0), "present_v")
+        g.identity(g.op("Cast", g.op("Concat", *align, axis=1), to=TensorProto.FLOAT), "alignment")
+        g.add_output("logits", TensorProto.FLOAT, ["batch", d.n_vocab])
+        g.add_output("present_k", ft, [L, "batch", H, dh, "total"])
+        g.add_output("present_v", ft, [L, "batch", H, "total", dh])
+        g.add_output("alignment", TensorProto.FLOAT, ["batch", len(alignment_heads), "tokens", S])
+        g.save()
+    except BaseException:
+        g.abort()
+        raise
