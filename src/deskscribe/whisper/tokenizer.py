@@ -39,7 +39,9 @@ class WhisperTokenizer:
             token = self._tok.id_to_token(token_id)
             if token and token.startswith("<|") and token.endswith("|>"):
                 self.language_ids[token[2:-2]] = token_id
-        self.multilingual = len(self.language_ids) > 1
+        # English-only vocabularies also list language tokens; what tells them apart is the
+        # size of the text vocabulary (GPT-2's 50256 tokens before <|endoftext|>).
+        self.multilingual = self.eot > 50256 and len(self.language_ids) > 1
 
     def _required(self, token: str) -> int:
         token_id = self._tok.token_to_id(token)

@@ -1,0 +1,109 @@
+"""Build a runnable model folder from a Whisper checkpoint (Hugging Face or CTranslate2).
+
+The result is installed atomically: everything is written to a hidden sibling folder and
+renamed into place at the end, so a model folder is either complete or absent.
+
+Layout: ``manifest.json``, ``tokenizer.json``, ``encoder.onnx`` (+ ``.data``),
+``decoder.onnx`` (+ ``.data``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..whisper.graph import VARIANTS, build_decoder, build_encoder, default_alignment_heads
+from ..whisper.model import MANIFEST
+from ..whisper.tokenizer import WhisperTokenizer
+from ..whisper.weights import CheckpointError, load_checkpoint
+
+BUILDER_VERSION = 1
+Progress = Callable[[str, float], None]
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def build_model(
+    source: str | Path,
+    dest: str | Path,
+    variant: str = "fp32",
+    *,
+    name: str | None = None,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> Path:
+    """Build ``variant`` of the checkpoint in ``source`` into the folder ``dest``."""
+    source, dest = Path(source), Path(dest)
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; use one of: {', '.join(VARIANTS)}")
+    if dest.exists() and not overwrite:
+        raise FileExistsError(f"{dest} already exists; remove it or pass --overwrite to rebuild")
+    report = progress or (lambda stage, fraction: None)
+    ckpt = load_checkpoint(source)
+    tokenizer_src = source / "tokenizer.json"
+    if not tokenizer_src.exists():
+        raise CheckpointError(
+            f"{source} has no tokenizer.json; copy the tokenizer.json of the same Whisper model "
+            "(e.g. from openai/whisper-base on the Hugging Face hub) into that folder"
+        )
+    tokenizer = WhisperTokenizer(tokenizer_src)
+    if tokenizer.timestamp_begin + 1501 > ckpt.dims.n_vocab:
+        raise CheckpointError(
+            f"{tokenizer_src} does not match the model: its special tokens end past the model's "
+            f"vocabulary of {ckpt.dims.n_vocab}"
+        )
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.building-", dir=dest.parent))
+    try:
+        report("hashing", 0.0)
+        inputs = {p.name: sha256_file(p) for p in ckpt.source_files}
+        report("encoder", 0.1)
+        build_encoder(ckpt, work / "encoder.onnx", variant)
+        report("decoder", 0.6)
+        heads = default_alignment_heads(ckpt)
+        build_decoder(ckpt, work / "decoder.onnx", variant, heads)
+        shutil.copyfile(tokenizer_src, work / "tokenizer.json")
+        manifest = {
+            "name": name or dest.name,
+            "builder_version": BUILDER_VERSION,
+            "source": str(source.resolve()),
+            "source_kind": ckpt.kind,
+            "inputs_sha256": inputs,
+            "dims": ckpt.dims.to_dict(),
+            "variant": variant,
+            "alignment_heads": [list(h) for h in heads],
+            "multilingual": tokenizer.multilingual,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (work / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        _fsync_dir(work)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(work, dest)
+        report("done", 1.0)
+        return dest
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    if hasattr(os, "O_DIRECTORY"):
+        fd = os.open(path, os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
