@@ -1,0 +1,178 @@
+"""``deskscribe`` command line: transcribe files and manage models.
+
+Exit codes: 0 all files succeeded, 1 at least one file failed, 2 bad usage or no model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+from pathlib import Path
+
+from . import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="deskscribe", description="Private, fast transcription on your own computer.")
+    p.add_argument("--version", action="version", version=f"deskscribe {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="show diagnostic messages")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("transcribe", help="transcribe audio or video files")
+    t.add_argument("files", nargs="+", type=Path)
+    t.add_argument("--model", help="model name in the store, or a built model folder (default: newest installed)")
+    t.add_argument("--language", help="language code, e.g. en, de (default: detect)")
+    t.add_argument("--task", choices=["transcribe", "translate"], default="transcribe")
+    t.add_argument("--format", default="txt", help="comma-separated: txt,srt,vtt,json,md,csv,docx (default: txt)")
+    t.add_argument("--output-dir", type=Path, help="where to write (default: next to each file)")
+    t.add_argument("--overwrite", action="store_true", help="replace existing output files")
+    t.add_argument("--device", choices=["auto", "cpu", "cuda", "directml", "coreml"], default="auto")
+    t.add_argument("--threads", type=int, default=0, help="CPU threads (0: ONNX Runtime's choice)")
+    t.add_argument("--beam-size", type=int, default=5, help="1 for greedy decoding")
+    t.add_argument("--word-timestamps", action="store_true", help="time every word (JSON keeps them)")
+    t.add_argument("--initial-prompt", help="text that primes vocabulary and style")
+    t.add_argument("--timestamps", action="store_true", help="put [hh:mm:ss] on each TXT line")
+    t.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    m = sub.add_parser("models", help="build, import, list and locate models")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    b = msub.add_parser("build", help="build an ONNX model from a Whisper checkpoint folder (HF or CTranslate2)")
+    b.add_argument("source", type=Path)
+    b.add_argument("--name", help="name in the store (default: source folder name + variant)")
+    b.add_argument("--variant", choices=["fp32", "fp16", "int8"], default="fp32")
+    b.add_argument("--output", type=Path, help="build into this folder instead of the store")
+    b.add_argument("--overwrite", action="store_true")
+    i = msub.add_parser("import", help="copy an already built model folder into the store")
+    i.add_argument("folder", type=Path)
+    i.add_argument("--name")
+    i.add_argument("--overwrite", action="store_true")
+    msub.add_parser("list", help="list installed models")
+    pth = msub.add_parser("path", help="print the store folder, or a model's folder")
+    pth.add_argument("name", nargs="?")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s: %(message)s")
+    try:
+        if args.command == "transcribe":
+            return _transcribe(args)
+        return _models(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+def _err(message: str) -> None:
+    print(f"deskscribe: {message}", file=sys.stderr)
+
+
+def _models(args: argparse.Namespace) -> int:
+    from .models.build import build_model
+    from .models.store import ModelNotInstalledError, import_model, list_models, resolve_model, store_dir
+    from .whisper.weights import CheckpointError
+
+    try:
+        if args.models_command == "build":
+            name = args.name or f"{args.source.resolve().name}-{args.variant}"
+            dest = args.output or store_dir() / name
+            from tqdm import tqdm
+
+            with tqdm(total=100, desc=f"building {name}", unit="%", disable=not sys.stderr.isatty()) as bar:
+
+                def progress(stage: str, fraction: float) -> None:
+                    bar.set_postfix_str(stage)
+                    bar.update(round(fraction * 100) - bar.n)
+
+                path = build_model(args.source, dest, args.variant, name=name, overwrite=args.overwrite, progress=progress)
+            print(path)
+        elif args.models_command == "import":
+            print(import_model(args.folder, args.name, overwrite=args.overwrite))
+        elif args.models_command == "list":
+            models = list_models()
+            if not models:
+                print(f"no models installed in {store_dir()}")
+            for mdl in models:
+                kind = "multilingual" if mdl.multilingual else "English-only"
+                print(f"{mdl.name:32} {mdl.variant:5} {kind:13} {mdl.size_bytes / 1e6:8.1f} MB  {mdl.path}")
+        elif args.models_command == "path":
+            print(resolve_model(args.name) if args.name else store_dir())
+    except (CheckpointError, ModelNotInstalledError, FileExistsError, ValueError) as err:
+        _err(str(err))
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def _transcribe(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .audio.decode import MediaError
+    from .models.store import ModelNotInstalledError, resolve_model
+    from .transcript.export import FORMATS, ExportExistsError, export
+    from .whisper.decoding import DecodingError
+    from .whisper.model import ModelNotBuiltError, WhisperModel
+    from .whisper.runtime import DeviceError
+    from .whisper.transcribe import TranscribeOptions, transcribe_file
+
+    formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        _err(f"unknown format {', '.join(unknown)}; use any of: {','.join(FORMATS)}")
+        return EXIT_USAGE
+    try:
+        model = WhisperModel(resolve_model(args.model), device=args.device, threads=args.threads)
+    except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
+        _err(str(err))
+        return EXIT_USAGE
+    for note in model.runtime.notes:
+        _err(note)
+    if not args.quiet:
+        print(f"model {model.name} ({model.variant}) on {model.runtime.label}", file=sys.stderr)
+    options = TranscribeOptions(
+        language=args.language,
+        task=args.task,
+        beam_size=args.beam_size if args.beam_size > 1 else None,
+        word_timestamps=args.word_timestamps,
+        initial_prompt=args.initial_prompt,
+    )
+    failed = 0
+    for path in args.files:
+        out_dir = args.output_dir or path.parent
+        targets = [out_dir / f"{path.stem}.{fmt}" for fmt in formats]
+        existing = [t for t in targets if t.exists()]
+        if existing and not args.overwrite:
+            _err(f"{path}: skipped, {existing[0]} already exists (pass --overwrite to replace it)")
+            failed += 1
+            continue
+        cancel = threading.Event()
+        try:
+            with tqdm(
+                total=1.0, desc=path.name, unit="s", disable=args.quiet, leave=True, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]"
+            ) as bar:
+
+                def progress(done: float, total: float, bar: tqdm = bar) -> None:
+                    if total > 0 and bar.total != total:
+                        bar.total = total
+                    bar.update(done - bar.n)
+
+                transcript = transcribe_file(model, path, options, progress=progress, cancel=cancel)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for fmt, target in zip(formats, targets, strict=True):
+                export(transcript, target, fmt, overwrite=args.overwrite, timestamps=args.timestamps)
+                if not args.quiet:
+                    print(target, file=sys.stderr)
+        except (MediaError, DecodingError, ExportExistsError, OSError) as err:
+            _err(f"{path}: {err}" if str(path) not in str(err) else str(err))
+            failed += 1
+    for note in model.runtime.notes:
+        _err(note)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

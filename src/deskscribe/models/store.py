@@ -1,0 +1,99 @@
+"""Where built models live, and how a model is named on the command line.
+
+The store is ``<user data dir>/models`` (platformdirs), or ``$DESKSCRIBE_MODELS_DIR``.
+Each model is a folder built by :func:`deskscribe.models.build.build_model`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from platformdirs import user_data_dir
+
+from ..whisper.model import MANIFEST
+
+ENV_DIR = "DESKSCRIBE_MODELS_DIR"
+
+
+class ModelNotInstalledError(Exception):
+    """No such model in the store (the message says how to get one)."""
+
+
+@dataclass
+class InstalledModel:
+    name: str
+    path: Path
+    variant: str
+    multilingual: bool
+    size_bytes: int
+    built_at: str
+
+
+def store_dir() -> Path:
+    override = os.environ.get(ENV_DIR)
+    return Path(override) if override else Path(user_data_dir("DeskScribe", appauthor=False)) / "models"
+
+
+def list_models(root: Path | None = None) -> list[InstalledModel]:
+    root = root or store_dir()
+    found = []
+    if not root.is_dir():
+        return found
+    for folder in sorted(root.iterdir()):
+        manifest = folder / MANIFEST
+        if folder.name.startswith(".") or not manifest.is_file():
+            continue
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        found.append(
+            InstalledModel(folder.name, folder, data.get("variant", "?"), bool(data.get("multilingual")), size, data.get("built_at", ""))
+        )
+    return found
+
+
+def resolve_model(name_or_path: str | None, root: Path | None = None) -> Path:
+    """A model folder from a store name, a path, or (None) the only/newest installed model."""
+    if name_or_path:
+        candidate = Path(name_or_path).expanduser()
+        if (candidate / MANIFEST).is_file():
+            return candidate
+        in_store = (root or store_dir()) / name_or_path
+        if (in_store / MANIFEST).is_file():
+            return in_store
+        installed = ", ".join(m.name for m in list_models(root)) or "none"
+        raise ModelNotInstalledError(
+            f"model {name_or_path!r} is not installed (installed: {installed}); "
+            "build it with `deskscribe models build <checkpoint folder> --name NAME`"
+        )
+    models = list_models(root)
+    if not models:
+        raise ModelNotInstalledError(
+            f"no model is installed in {root or store_dir()}; build one with "
+            "`deskscribe models build <Whisper checkpoint folder>`"
+        )
+    return max(models, key=lambda m: m.built_at).path
+
+
+def import_model(folder: Path, name: str | None = None, root: Path | None = None, overwrite: bool = False) -> Path:
+    """Copy an already built model folder into the store (atomically)."""
+    if not (folder / MANIFEST).is_file():
+        raise ModelNotInstalledError(f"{folder} is not a built DeskScribe model (no {MANIFEST})")
+    root = root or store_dir()
+    dest = root / (name or folder.name)
+    if dest.exists() and not overwrite:
+        raise FileExistsError(f"{dest} already exists; pass --overwrite to replace it")
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{dest.name}.importing"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(folder, tmp)
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+    return dest

@@ -1,0 +1,326 @@
+"""Long-form transcription: 30 s windows over audio of any length, segments streamed out.
+
+The seek loop follows openai/whisper's ``transcribe.py``: timestamp tokens split a window
+into segments and say where the next window starts; a window is retried at higher
+temperatures when its text is too repetitive (gzip compression ratio) or too unlikely
+(average log-probability); a window is silence when the no-speech probability is high and
+the text unlikely. Audio comes in as a stream of blocks and only about one window is kept
+in memory, so a 3-hour file costs no more RAM than a 30 s one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..audio.decode import decode_blocks
+from ..transcript import Segment, Transcript, Word
+from .alignment import find_alignment
+from .decoding import DecodingError, DecodingOptions, DecodingResult, WindowDecoder
+from .features import FRAME_SECONDS, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel
+from .model import AudioFeatures, WhisperModel
+
+
+class TranscriptionCancelled(Exception):
+    pass
+
+
+@dataclass
+class TranscribeOptions:
+    language: str | None = None  # None: detect from the first window (multilingual models)
+    task: str = "transcribe"
+    beam_size: int | None = 5
+    patience: float = 1.0
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    condition_on_previous_text: bool = True
+    initial_prompt: str | None = None
+    word_timestamps: bool = False
+    without_timestamps: bool = False
+    silence_rms: float = 1e-4  # windows quieter than this are not decoded at all
+
+
+@dataclass
+class TranscriptionInfo:
+    language: str | None
+    language_probability: float = 1.0
+    duration: float | None = None
+    all_language_probs: dict[str, float] = field(default_factory=dict)
+
+
+Progress = Callable[[float, float], None]  # (seconds done, total seconds or -1 if unknown)
+
+
+class _AudioWindow:
+    """Keeps only the samples from the current seek onward, pulling blocks as needed."""
+
+    def __init__(self, blocks: Iterable[np.ndarray]) -> None:
+        self._blocks = iter(blocks)
+        self._buffer = np.zeros(0, dtype=np.float32)
+        self._start = 0  # absolute sample index of _buffer[0]
+        self.exhausted = False
+
+    def fill_to(self, end: int) -> None:
+        pending = [self._buffer]
+        have = self._start + self._buffer.shape[0]
+        while have < end and not self.exhausted:
+            block = next(self._blocks, None)
+            if block is None:
+                self.exhausted = True
+                break
+            pending.append(np.asarray(block, dtype=np.float32).reshape(-1))
+            have += pending[-1].shape[0]
+        if len(pending) > 1:
+            self._buffer = np.concatenate(pending)
+
+    @property
+    def end(self) -> int:
+        return self._start + self._buffer.shape[0]
+
+    def read(self, start: int, n: int) -> np.ndarray:
+        self.fill_to(start + n)
+        return self._buffer[start - self._start : start - self._start + n]
+
+    def drop_before(self, sample: int) -> None:
+        if sample > self._start:
+            self._buffer = self._buffer[sample - self._start :].copy()
+            self._start = sample
+
+
+def transcribe_blocks(
+    model: WhisperModel,
+    blocks: Iterable[np.ndarray],
+    options: TranscribeOptions | None = None,
+    *,
+    total_seconds: float | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    info: TranscriptionInfo | None = None,
+) -> Iterator[Segment]:
+    """Yield segments as they are decoded from a stream of 16 kHz mono float32 blocks."""
+    opt = options or TranscribeOptions()
+    tk = model.tokenizer
+    if opt.task == "translate":
+        if not tk.multilingual:
+            raise DecodingError("this model is English-only and cannot translate; pick a multilingual model")
+        if model.dims.n_text_layer <= 4 and model.dims.n_audio_layer >= 32:
+            raise DecodingError(
+                "large-v3-turbo was not trained to translate and gives poor results; "
+                "use large-v3 or medium for translation"
+            )
+    info = info or TranscriptionInfo(language=opt.language, duration=total_seconds)
+    audio = _AudioWindow(blocks)
+    language = opt.language if tk.multilingual else "en"
+    all_tokens: list[int] = []
+    prompt_reset = 0
+    if opt.initial_prompt:
+        all_tokens += tk.encode(" " + opt.initial_prompt.strip())
+    seek = 0  # in samples
+    seg_id = 0
+    total = total_seconds if total_seconds is not None else -1.0
+
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise TranscriptionCancelled("transcription cancelled")
+        chunk = audio.read(seek, N_SAMPLES)
+        if chunk.shape[0] == 0 or (audio.exhausted and seek >= audio.end):
+            break
+        seek_frames_left = int(np.ceil(chunk.shape[0] / HOP_LENGTH))
+        segment_frames = min(N_FRAMES, seek_frames_left)
+        window_seconds = segment_frames * FRAME_SECONDS
+        time_offset = seek / SAMPLE_RATE
+        if float(np.sqrt(np.mean(chunk.astype(np.float64) ** 2))) < opt.silence_rms:
+            seek += segment_frames * HOP_LENGTH
+            audio.drop_before(seek)
+            _report(progress, seek / SAMPLE_RATE, total)
+            continue
+
+        features = model.encode(log_mel(chunk, model.n_mels)[None])
+        if language is None:
+            language, probs = WindowDecoder(model, DecodingOptions()).detect_language(features)
+            info.language = language
+            info.language_probability = probs[language]
+            info.all_language_probs = probs
+        prompt = all_tokens[prompt_reset:] if opt.condition_on_previous_text else []
+        result = _decode_with_fallback(model, features, language, opt, prompt)
+
+        if (
+            opt.no_speech_threshold is not None
+            and result.no_speech_prob > opt.no_speech_threshold
+            and (opt.logprob_threshold is None or result.avg_logprob < opt.logprob_threshold)
+        ):
+            seek += segment_frames * HOP_LENGTH
+            audio.drop_before(seek)
+            _report(progress, seek / SAMPLE_RATE, total)
+            continue
+
+        pieces, advance_frames = _split_window(result.tokens, tk.timestamp_begin, segment_frames)
+        window_segments: list[Segment] = []
+        for start_s, end_s, toks in pieces:
+            text_toks = [t for t in toks if t < tk.eot]
+            text = tk.decode(text_toks)
+            if not text.strip():
+                continue
+            window_segments.append(
+                Segment(
+                    id=seg_id,
+                    start=round(time_offset + start_s, 3),
+                    end=round(time_offset + min(end_s, window_seconds), 3),
+                    text=text,
+                    tokens=toks,
+                    avg_logprob=result.avg_logprob,
+                    no_speech_prob=result.no_speech_prob,
+                    compression_ratio=result.compression_ratio,
+                    temperature=result.temperature,
+                )
+            )
+            seg_id += 1
+        if opt.word_timestamps and window_segments:
+            _add_words(model, features, language, opt, window_segments, result, time_offset, segment_frames)
+        seek += advance_frames * HOP_LENGTH
+        audio.drop_before(seek)
+        all_tokens += [t for s in window_segments for t in s.tokens]
+        if not opt.condition_on_previous_text or result.temperature > 0.5:
+            prompt_reset = len(all_tokens)
+        _report(progress, min(seek / SAMPLE_RATE, total) if total > 0 else seek / SAMPLE_RATE, total)
+        yield from window_segments
+
+
+def _report(progress: Progress | None, done: float, total: float) -> None:
+    if progress is not None:
+        progress(done, total)
+
+
+def _decode_with_fallback(
+    model: WhisperModel, features: AudioFeatures, language: str | None, opt: TranscribeOptions, prompt: list[int]
+) -> DecodingResult:
+    result: DecodingResult | None = None
+    for temperature in opt.temperatures:
+        dopt = DecodingOptions(
+            task=opt.task,
+            language=language,
+            temperature=temperature,
+            beam_size=opt.beam_size if temperature == 0 else None,
+            patience=opt.patience,
+            prompt=prompt or None,
+            without_timestamps=opt.without_timestamps,
+        )
+        result = WindowDecoder(model, dopt).decode(features, language)
+        needs_fallback = result.looped
+        if opt.compression_ratio_threshold is not None and result.compression_ratio > opt.compression_ratio_threshold:
+            needs_fallback = True
+        if opt.logprob_threshold is not None and result.avg_logprob < opt.logprob_threshold:
+            needs_fallback = True
+        if opt.no_speech_threshold is not None and result.no_speech_prob > opt.no_speech_threshold:
+            needs_fallback = False  # silence: the caller skips the window, no point retrying
+        if not needs_fallback:
+            break
+    assert result is not None
+    return result
+
+
+def _split_window(tokens: list[int], ts_begin: int, segment_frames: int) -> tuple[list[tuple[float, float, list[int]]], int]:
+    """Cut a window's tokens at consecutive timestamp pairs.
+
+    Returns ([(start s, end s, tokens)], frames to advance the seek by).
+    """
+    window_seconds = segment_frames * FRAME_SECONDS
+    is_ts = [t >= ts_begin for t in tokens]
+    single_ending = len(is_ts) >= 2 and is_ts[-1] and not is_ts[-2]
+    cuts = [i for i in range(1, len(tokens)) if is_ts[i] and is_ts[i - 1]]
+    if cuts:
+        if single_ending:
+            cuts.append(len(tokens))
+        pieces = []
+        last = 0
+        for cut in cuts:
+            part = tokens[last:cut]
+            start = (part[0] - ts_begin) * 0.02
+            end = (part[-1] - ts_begin) * 0.02
+            pieces.append((start, end, part))
+            last = cut
+        if single_ending:
+            return pieces, segment_frames
+        last_ts = tokens[last - 1] - ts_begin
+        return pieces, max(1, last_ts * 2)
+    stamps = [t for t in tokens if t >= ts_begin]
+    duration = window_seconds
+    if stamps and stamps[-1] != ts_begin:
+        duration = (stamps[-1] - ts_begin) * 0.02
+    return [(0.0, duration, tokens)], segment_frames
+
+
+def _add_words(
+    model: WhisperModel,
+    features: AudioFeatures,
+    language: str | None,
+    opt: TranscribeOptions,
+    segments: list[Segment],
+    result: DecodingResult,
+    time_offset: float,
+    segment_frames: int,
+) -> None:
+    tk = model.tokenizer
+    text_tokens = [t for s in segments for t in s.tokens if t < tk.eot]
+    logprob_of = {}
+    pos = 0
+    for tok, lp in zip(result.tokens, result.token_logprobs, strict=False):
+        if tok < tk.eot:
+            logprob_of[pos] = lp
+            pos += 1
+    logprobs = [logprob_of.get(i, 0.0) for i in range(len(text_tokens))]
+    timings = find_alignment(
+        model, features, tk.sot_sequence(language, opt.task), text_tokens, segment_frames, logprobs
+    )
+    # Hand each word to the segment whose tokens it came from.
+    bounds, acc = [], 0
+    for s in segments:
+        acc += sum(1 for t in s.tokens if t < tk.eot)
+        bounds.append(acc)
+    consumed, si = 0, 0
+    for w in timings:
+        while si < len(segments) - 1 and consumed >= bounds[si]:
+            si += 1
+        seg = segments[si]
+        start = round(time_offset + w.start, 3)
+        end = round(time_offset + max(w.end, w.start), 3)
+        seg.words.append(Word(start=start, end=end, text=w.word, probability=round(w.probability, 4)))
+        consumed += len(w.tokens)
+    for seg in segments:
+        if seg.words:
+            seg.start, seg.end = seg.words[0].start, max(seg.words[-1].end, seg.words[0].start)
+
+
+def transcribe_file(
+    model: WhisperModel,
+    path: str | Path,
+    options: TranscribeOptions | None = None,
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    on_segment: Callable[[Segment], None] | None = None,
+) -> Transcript:
+    """Transcribe a media file; segments are passed to ``on_segment`` as they are decoded."""
+    blocks = decode_blocks(path)
+    info = TranscriptionInfo(language=None, duration=blocks.info.duration)
+    segments: list[Segment] = []
+    with blocks:
+        for seg in transcribe_blocks(
+            model, blocks, options, total_seconds=blocks.info.duration, progress=progress, cancel=cancel, info=info
+        ):
+            segments.append(seg)
+            if on_segment is not None:
+                on_segment(seg)
+    return Transcript(
+        segments=segments,
+        language=info.language,
+        duration=blocks.info.duration,
+        source=str(path),
+        model=model.name,
+    )
