@@ -1,0 +1,154 @@
+"""The engine against an oracle: ctranslate2 running the very same weights.
+
+Greedy decoding without fallback must give exactly ctranslate2's tokens, and the logits of
+the first step must be close; for the CTranslate2 folders as shipped, for a Hugging Face
+checkpoint written from them, and for model.bin split into parts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from checkpoints import ct2_variables, write_ct2, write_hf
+from conftest import built, espeak, load, wer
+
+from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
+from deskscribe.whisper.features import log_mel
+from deskscribe.whisper.model import WhisperModel
+from deskscribe.whisper.weights import QuantizedTensor, canonical_names, load_checkpoint
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+CLIPS = [
+    ("The quick brown fox jumps over the lazy dog near the river bank.", "en-us", 150),
+    ("Please send the quarterly report to the finance team before Friday afternoon.", "en-gb", 170),
+    ("We measured the temperature every morning and wrote the numbers in a notebook.", "en-us+f3", 135),
+]
+
+
+@pytest.fixture(scope="module")
+def clips(speech_dir: Path) -> list[np.ndarray]:
+    mels = []
+    for i, (text, voice, speed) in enumerate(CLIPS):
+        wav = espeak(text, speech_dir / f"oracle-{i}.wav", voice=voice, speed=speed)
+        mels.append(load(wav))
+    return mels
+
+
+def _ct2_greedy(folder: Path, mel: np.ndarray, prompt: list[int], compute_type: str = "float32"):
+    model = ctranslate2.models.Whisper(str(folder), device="cpu", compute_type=compute_type)
+    res = model.generate(
+        ctranslate2.StorageView.from_array(mel[None]),
+        [prompt],
+        beam_size=1,
+        return_logits_vocab=True,
+        return_no_speech_prob=True,
+    )[0]
+    return res.sequences_ids[0], np.asarray(res.logits[0][0]).reshape(-1), res.no_speech_prob
+
+
+def _ours_greedy(model: WhisperModel, mel: np.ndarray, language: str):
+    features = model.encode(mel[None])
+    result = WindowDecoder(model, DecodingOptions()).decode(features, language)
+    state = model.start(features, 1)
+    tk = model.tokenizer
+    logits, _ = state.step(np.array([[*tk.sot_sequence(language), tk.no_timestamps]]))
+    return result, logits[0]
+
+
+def _check_against_ct2(model: WhisperModel, ct2_folder: Path, clips: list[np.ndarray], language: str) -> None:
+    tk = model.tokenizer
+    sot = tk.sot_sequence(language)
+    for audio in clips:
+        mel = log_mel(audio, model.n_mels)
+        ours, our_logits = _ours_greedy(model, mel, language)
+        ref_tokens, _, ref_no_speech = _ct2_greedy(ct2_folder, mel, sot)
+        assert ours.tokens == ref_tokens, (tk.decode(ours.tokens), tk.decode(ref_tokens))
+        assert len(ref_tokens) > 5 and any(t >= tk.timestamp_begin for t in ours.tokens)
+        _, ref_logits, _ = _ct2_greedy(ct2_folder, mel, [*sot, tk.no_timestamps])
+        # ctranslate2 reports logits after its suppression rules (-FLT_MAX); compare the rest.
+        allowed = ref_logits > -1e30
+        assert allowed.sum() > 1000
+        assert np.max(np.abs(our_logits[allowed] - ref_logits[allowed])) < 2e-2
+        assert ours.no_speech_prob == pytest.approx(ref_no_speech, abs=2e-3)
+
+
+def test_tiny_en_matches_ctranslate2(tiny_model: WhisperModel, tiny_ct2: Path, clips) -> None:
+    _check_against_ct2(tiny_model, tiny_ct2, clips, "en")
+
+
+def test_base_multilingual_matches_ctranslate2(base_model: WhisperModel, base_ct2_joined: Path, clips) -> None:
+    _check_against_ct2(base_model, base_ct2_joined, clips, "en")
+
+
+def test_huggingface_checkpoint_matches_ctranslate2(tiny_ct2: Path, clips, tmp_path: Path) -> None:
+    hf = write_hf(tiny_ct2, tmp_path / "hf-tiny", shards=2)
+    assert (hf / "model.safetensors.index.json").exists()
+    ckpt = load_checkpoint(hf)
+    assert ckpt.kind == "huggingface"
+    assert ckpt.alignment_heads == load_checkpoint(tiny_ct2).alignment_heads
+    model = WhisperModel(built(hf, "hf-tiny", "fp32"), device="cpu")
+    _check_against_ct2(model, tiny_ct2, clips, "en")
+
+
+def test_split_model_bin_reads_the_same_tensors(tiny_ct2: Path, tmp_path: Path) -> None:
+    split = write_ct2(tiny_ct2, tmp_path / "split", parts=3)
+    assert sorted(p.name for p in split.glob("model.bin*")) == ["model.bin.part1", "model.bin.part2", "model.bin.part3"]
+    whole, parts = load_checkpoint(tiny_ct2), load_checkpoint(split)
+    assert whole.dims == parts.dims
+    for name in canonical_names(whole.dims):
+        if name in whole.tensors:
+            np.testing.assert_array_equal(whole.get(name), parts.get(name))
+
+
+def test_truncated_split_model_says_so(tiny_ct2: Path, tmp_path: Path) -> None:
+    split = write_ct2(tiny_ct2, tmp_path / "split", parts=2)
+    (split / "model.bin.part2").write_bytes((split / "model.bin.part2").read_bytes()[:1000])
+    with pytest.raises(Exception, match="truncated"):
+        load_checkpoint(split)
+
+
+def test_int8_ct2_checkpoint_keeps_its_quantized_weights(tiny_ct2: Path, clips, tmp_path: Path) -> None:
+    q = write_ct2(tiny_ct2, tmp_path / "tiny-int8", quantize=True)
+    assert ctranslate2.models.Whisper(str(q), device="cpu", compute_type="int8") is not None
+    ckpt = load_checkpoint(q)
+    w = ckpt.get("enc.0.attn.q.w")
+    assert isinstance(w, QuantizedTensor) and w.values.dtype == np.int8
+    # int8 values / scale reproduce the float weights to within one quantization step.
+    ref = ct2_variables(tiny_ct2)["encoder/layer_0/self_attention/linear_0/weight"].astype(np.float32)
+    step = np.abs(ref[:384]).max(axis=1, keepdims=True) / 127
+    assert np.all(np.abs(w.dequantize() - ref[:384]) <= step * 0.51 + 1e-6)
+    ours = WhisperModel(built(q, "tiny-int8ckpt", "int8"), device="cpu")
+    ref_model = ctranslate2.models.Whisper(str(q), device="cpu", compute_type="int8")
+    agree = 0
+    for audio in clips:
+        mel = log_mel(audio, 80)
+        text = WindowDecoder(ours, DecodingOptions(without_timestamps=True)).decode(ours.encode(mel[None]), "en").text
+        res = ref_model.generate(ctranslate2.StorageView.from_array(mel[None]), [[50257, 50362]], beam_size=1)[0]
+        agree += text.strip() == ours.tokenizer.decode(res.sequences_ids[0]).strip()
+    assert agree >= 2  # both quantize activations on the fly, in slightly different ways
+
+
+@pytest.mark.parametrize("variant", ["fp16", "int8"])
+def test_reduced_precision_variants_keep_the_words(variant: str, tiny_ct2: Path, tiny_model: WhisperModel, clips) -> None:
+    model = WhisperModel(built(tiny_ct2, "tiny.en", variant), device="cpu")
+    assert model.variant == variant
+    full, reduced = [], []
+    for audio, (truth, _, _) in zip(clips, CLIPS, strict=True):
+        mel = log_mel(audio, 80)[None]
+        opts = DecodingOptions(without_timestamps=True)
+        full.append(wer(truth, WindowDecoder(tiny_model, opts).decode(tiny_model.encode(mel), "en").text))
+        reduced.append(wer(truth, WindowDecoder(model, opts).decode(model.encode(mel), "en").text))
+    # Same accuracy within one word in ten of the fp32 build, over the three clips.
+    assert np.mean(reduced) <= np.mean(full) + 0.1, (full, reduced)
+
+
+def test_beam_search_matches_ctranslate2(tiny_model: WhisperModel, tiny_ct2: Path, clips) -> None:
+    ct = ctranslate2.models.Whisper(str(tiny_ct2), device="cpu", compute_type="float32")
+    for audio in clips:
+        mel = log_mel(audio, 80)
+        ours = WindowDecoder(tiny_model, DecodingOptions(beam_size=5)).decode(tiny_model.encode(mel[None]), "en")
+        ref = ct.generate(ctranslate2.StorageView.from_array(mel[None]), [[50257]], beam_size=5)[0]
+        assert ours.tokens == ref.sequences_ids[0]
