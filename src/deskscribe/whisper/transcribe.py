@@ -150,11 +150,7 @@ def transcribe_blocks(
         prompt = all_tokens[prompt_reset:] if opt.condition_on_previous_text else []
         result = _decode_with_fallback(model, features, language, opt, prompt)
 
-        if (
-            opt.no_speech_threshold is not None
-            and result.no_speech_prob > opt.no_speech_threshold
-            and (opt.logprob_threshold is None or result.avg_logprob < opt.logprob_threshold)
-        ):
+        if _is_silence(result, opt):
             seek += segment_frames * HOP_LENGTH
             audio.drop_before(seek)
             _report(progress, seek / SAMPLE_RATE, total)
@@ -163,10 +159,9 @@ def transcribe_blocks(
         pieces, advance_frames = _split_window(result.tokens, tk.timestamp_begin, segment_frames)
         window_segments: list[Segment] = []
         for start_s, end_s, toks in pieces:
-            text_toks = [t for t in toks if t < tk.eot]
-            text = tk.decode(text_toks)
-            if not text.strip():
-                continue
+            text = tk.decode([t for t in toks if t < tk.eot])
+            if not any(ch.isalnum() for ch in text) or start_s >= window_seconds:
+                continue  # punctuation alone, or a timestamp past the end of the audio
             window_segments.append(
                 Segment(
                     id=seg_id,
@@ -190,6 +185,25 @@ def transcribe_blocks(
             prompt_reset = len(all_tokens)
         _report(progress, min(seek / SAMPLE_RATE, total) if total > 0 else seek / SAMPLE_RATE, total)
         yield from window_segments
+
+
+def _is_silence(result: DecodingResult, opt: TranscribeOptions) -> bool:
+    """The model says "no speech" and what it decoded is improbable, or has no words at all."""
+    if not any(ch.isalnum() for ch in result.text):
+        return True
+    # Whisper's classic hallucinations on hum or room tone ("You", "Thank you.") come with a
+    # very high no-speech probability and a few words; real short replies come with a low one.
+    if (
+        opt.no_speech_threshold is not None
+        and result.no_speech_prob > max(opt.no_speech_threshold, 0.8)
+        and len(result.text.split()) <= 3
+    ):
+        return True
+    return (
+        opt.no_speech_threshold is not None
+        and result.no_speech_prob > opt.no_speech_threshold
+        and (opt.logprob_threshold is None or result.avg_logprob < opt.logprob_threshold)
+    )
 
 
 def _report(progress: Progress | None, done: float, total: float) -> None:
@@ -217,8 +231,8 @@ def _decode_with_fallback(
             needs_fallback = True
         if opt.logprob_threshold is not None and result.avg_logprob < opt.logprob_threshold:
             needs_fallback = True
-        if opt.no_speech_threshold is not None and result.no_speech_prob > opt.no_speech_threshold:
-            needs_fallback = False  # silence: the caller skips the window, no point retrying
+        if _is_silence(result, opt):
+            needs_fallback = False  # the caller skips the window: no point retrying
         if not needs_fallback:
             break
     assert result is not None
