@@ -23,7 +23,11 @@ _LAYER = re.compile(r"(encoder|decoder)/layer_(\d+)/(.*)")
 
 
 def ct2_variables(folder: Path) -> dict[str, np.ndarray]:
-    parts = [folder / "model.bin"] if (folder / "model.bin").exists() else sorted(folder.glob("model.bin.part*"))
+    parts = (
+        [folder / "model.bin"]
+        if (folder / "model.bin").exists()
+        else sorted(folder.glob("model.bin.part*"))
+    )
     return dict(read_ct2_variables(parts))
 
 
@@ -78,7 +82,10 @@ def write_hf(ct2_folder: Path, out: Path, shards: int = 1) -> Path:
         for hf_name, array in _hf_pairs(name, value):
             tensors[hf_name] = np.ascontiguousarray(array.astype(np.float32))
     d = raw["encoder/conv1/weight"].shape[0]
-    n_layers = {s: len({k.split(".")[3] for k in tensors if k.startswith(f"model.{s}.layers.")}) for s in ("encoder", "decoder")}
+    n_layers = {
+        s: len({k.split(".")[3] for k in tensors if k.startswith(f"model.{s}.layers.")})
+        for s in ("encoder", "decoder")
+    }
     ct2_config = json.loads((ct2_folder / "config.json").read_text())
     config = {
         "model_type": "whisper",
@@ -95,7 +102,9 @@ def write_hf(ct2_folder: Path, out: Path, shards: int = 1) -> Path:
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config))
-    (out / "generation_config.json").write_text(json.dumps({"alignment_heads": ct2_config["alignment_heads"]}))
+    (out / "generation_config.json").write_text(
+        json.dumps({"alignment_heads": ct2_config["alignment_heads"]})
+    )
     shutil.copyfile(ct2_folder / "tokenizer.json", out / "tokenizer.json")
     names = sorted(tensors)
     if shards == 1:
@@ -106,11 +115,19 @@ def write_hf(ct2_folder: Path, out: Path, shards: int = 1) -> Path:
             fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
             save_file({k: tensors[k] for k in chunk}, str(out / fname))
             weight_map.update(dict.fromkeys(chunk.tolist(), fname))
-        (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        (out / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": weight_map})
+        )
     return out
 
 
-_DTYPE_IDS = {np.dtype(np.float32): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3, np.dtype(np.float16): 4}
+_DTYPE_IDS = {
+    np.dtype(np.float32): 0,
+    np.dtype(np.int8): 1,
+    np.dtype(np.int16): 2,
+    np.dtype(np.int32): 3,
+    np.dtype(np.float16): 4,
+}
 
 
 def _string(s: str) -> bytes:
@@ -139,7 +156,11 @@ def write_ct2(ct2_folder: Path, out: Path, quantize: bool = False, parts: int = 
         v = np.asarray(variables[name], order="C")
         blob += _string(name) + struct.pack("<B", v.ndim) + struct.pack(f"<{v.ndim}I", *v.shape)
         blob += struct.pack("<B", _DTYPE_IDS[v.dtype]) + struct.pack("<I", v.nbytes) + v.tobytes()
-    blob += struct.pack("<I", 1) + _string("decoder/projection/weight") + _string("decoder/embeddings/weight")
+    blob += (
+        struct.pack("<I", 1)
+        + _string("decoder/projection/weight")
+        + _string("decoder/embeddings/weight")
+    )
     out.mkdir(parents=True, exist_ok=True)
     for f in ("config.json", "tokenizer.json"):
         shutil.copyfile(ct2_folder / f, out / f)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from checkpoints import ct2_variables, write_ct2, write_hf
 from conftest import built, espeak, load, wer
-
 from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
 from deskscribe.whisper.features import log_mel
 from deskscribe.whisper.model import WhisperModel
@@ -24,7 +24,11 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 CLIPS = [
     ("The quick brown fox jumps over the lazy dog near the river bank.", "en-us", 150),
     ("Please send the quarterly report to the finance team before Friday afternoon.", "en-gb", 170),
-    ("We measured the temperature every morning and wrote the numbers in a notebook.", "en-us+f3", 135),
+    (
+        "We measured the temperature every morning and wrote the numbers in a notebook.",
+        "en-us+f3",
+        135,
+    ),
 ]
 
 
@@ -58,7 +62,9 @@ def _ours_greedy(model: WhisperModel, mel: np.ndarray, language: str):
     return result, logits[0]
 
 
-def _check_against_ct2(model: WhisperModel, ct2_folder: Path, clips: list[np.ndarray], language: str) -> None:
+def _check_against_ct2(
+    model: WhisperModel, ct2_folder: Path, clips: list[np.ndarray], language: str
+) -> None:
     tk = model.tokenizer
     sot = tk.sot_sequence(language)
     for audio in clips:
@@ -79,7 +85,9 @@ def test_tiny_en_matches_ctranslate2(tiny_model: WhisperModel, tiny_ct2: Path, c
     _check_against_ct2(tiny_model, tiny_ct2, clips, "en")
 
 
-def test_base_multilingual_matches_ctranslate2(base_model: WhisperModel, base_ct2_joined: Path, clips) -> None:
+def test_base_multilingual_matches_ctranslate2(
+    base_model: WhisperModel, base_ct2_joined: Path, clips
+) -> None:
     _check_against_ct2(base_model, base_ct2_joined, clips, "en")
 
 
@@ -95,7 +103,11 @@ def test_huggingface_checkpoint_matches_ctranslate2(tiny_ct2: Path, clips, tmp_p
 
 def test_split_model_bin_reads_the_same_tensors(tiny_ct2: Path, tmp_path: Path) -> None:
     split = write_ct2(tiny_ct2, tmp_path / "split", parts=3)
-    assert sorted(p.name for p in split.glob("model.bin*")) == ["model.bin.part1", "model.bin.part2", "model.bin.part3"]
+    assert sorted(p.name for p in split.glob("model.bin*")) == [
+        "model.bin.part1",
+        "model.bin.part2",
+        "model.bin.part3",
+    ]
     whole, parts = load_checkpoint(tiny_ct2), load_checkpoint(split)
     assert whole.dims == parts.dims
     for name in canonical_names(whole.dims):
@@ -110,14 +122,18 @@ def test_truncated_split_model_says_so(tiny_ct2: Path, tmp_path: Path) -> None:
         load_checkpoint(split)
 
 
-def test_int8_ct2_checkpoint_keeps_its_quantized_weights(tiny_ct2: Path, clips, tmp_path: Path) -> None:
+def test_int8_ct2_checkpoint_keeps_its_quantized_weights(
+    tiny_ct2: Path, clips, tmp_path: Path
+) -> None:
     q = write_ct2(tiny_ct2, tmp_path / "tiny-int8", quantize=True)
     assert ctranslate2.models.Whisper(str(q), device="cpu", compute_type="int8") is not None
     ckpt = load_checkpoint(q)
     w = ckpt.get("enc.0.attn.q.w")
     assert isinstance(w, QuantizedTensor) and w.values.dtype == np.int8
     # int8 values / scale reproduce the float weights to within one quantization step.
-    ref = ct2_variables(tiny_ct2)["encoder/layer_0/self_attention/linear_0/weight"].astype(np.float32)
+    ref = ct2_variables(tiny_ct2)["encoder/layer_0/self_attention/linear_0/weight"].astype(
+        np.float32
+    )
     step = np.abs(ref[:384]).max(axis=1, keepdims=True) / 127
     assert np.all(np.abs(w.dequantize() - ref[:384]) <= step * 0.51 + 1e-6)
     ours = WhisperModel(built(q, "tiny-int8ckpt", "int8"), device="cpu")
@@ -125,21 +141,31 @@ def test_int8_ct2_checkpoint_keeps_its_quantized_weights(tiny_ct2: Path, clips, 
     agree = 0
     for audio in clips:
         mel = log_mel(audio, 80)
-        text = WindowDecoder(ours, DecodingOptions(without_timestamps=True)).decode(ours.encode(mel[None]), "en").text
-        res = ref_model.generate(ctranslate2.StorageView.from_array(mel[None]), [[50257, 50362]], beam_size=1)[0]
+        text = (
+            WindowDecoder(ours, DecodingOptions(without_timestamps=True))
+            .decode(ours.encode(mel[None]), "en")
+            .text
+        )
+        res = ref_model.generate(
+            ctranslate2.StorageView.from_array(mel[None]), [[50257, 50362]], beam_size=1
+        )[0]
         agree += text.strip() == ours.tokenizer.decode(res.sequences_ids[0]).strip()
     assert agree >= 2  # both quantize activations on the fly, in slightly different ways
 
 
 @pytest.mark.parametrize("variant", ["fp16", "int8"])
-def test_reduced_precision_variants_keep_the_words(variant: str, tiny_ct2: Path, tiny_model: WhisperModel, clips) -> None:
+def test_reduced_precision_variants_keep_the_words(
+    variant: str, tiny_ct2: Path, tiny_model: WhisperModel, clips
+) -> None:
     model = WhisperModel(built(tiny_ct2, "tiny.en", variant), device="cpu")
     assert model.variant == variant
     full, reduced = [], []
     for audio, (truth, _, _) in zip(clips, CLIPS, strict=True):
         mel = log_mel(audio, 80)[None]
         opts = DecodingOptions(without_timestamps=True)
-        full.append(wer(truth, WindowDecoder(tiny_model, opts).decode(tiny_model.encode(mel), "en").text))
+        full.append(
+            wer(truth, WindowDecoder(tiny_model, opts).decode(tiny_model.encode(mel), "en").text)
+        )
         reduced.append(wer(truth, WindowDecoder(model, opts).decode(model.encode(mel), "en").text))
     # Same accuracy within one word in ten of the fp32 build, over the three clips.
     assert np.mean(reduced) <= np.mean(full) + 0.1, (full, reduced)
@@ -149,6 +175,8 @@ def test_beam_search_matches_ctranslate2(tiny_model: WhisperModel, tiny_ct2: Pat
     ct = ctranslate2.models.Whisper(str(tiny_ct2), device="cpu", compute_type="float32")
     for audio in clips:
         mel = log_mel(audio, 80)
-        ours = WindowDecoder(tiny_model, DecodingOptions(beam_size=5)).decode(tiny_model.encode(mel[None]), "en")
+        ours = WindowDecoder(tiny_model, DecodingOptions(beam_size=5)).decode(
+            tiny_model.encode(mel[None]), "en"
+        )
         ref = ct.generate(ctranslate2.StorageView.from_array(mel[None]), [[50257]], beam_size=5)[0]
         assert ours.tokens == ref.sequences_ids[0]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import espeak, load, wer
 
+from conftest import espeak, load, wer
 from deskscribe.whisper.decoding import DecodingError, _looping
 from deskscribe.whisper.transcribe import (
     TranscribeOptions,
@@ -82,7 +83,13 @@ def long_recording(speech_dir: Path) -> tuple[np.ndarray, list[str]]:
     ]
     parts = []
     for i, s in enumerate(sentences):
-        parts.append(load(espeak(s, speech_dir / f"long-{i}.wav", voice="en-us" if i % 2 else "en-gb", speed=140)))
+        parts.append(
+            load(
+                espeak(
+                    s, speech_dir / f"long-{i}.wav", voice="en-us" if i % 2 else "en-gb", speed=140
+                )
+            )
+        )
         parts.append(np.zeros(int(SR * 4.5), dtype=np.float32))
     return np.concatenate(parts), sentences
 
@@ -102,7 +109,13 @@ def test_long_recording_streams_segments_with_sane_timestamps(tiny_model, long_r
     progress: list[tuple[float, float]] = []
     segments = []
     first_seen_at = None
-    for seg in transcribe_blocks(tiny_model, feed(), TranscribeOptions(language="en"), total_seconds=duration, progress=lambda d, t: progress.append((d, t))):
+    for seg in transcribe_blocks(
+        tiny_model,
+        feed(),
+        TranscribeOptions(language="en"),
+        total_seconds=duration,
+        progress=lambda d, t: progress.append((d, t)),
+    ):
         if first_seen_at is None:
             first_seen_at = sum(consumed) / SR
         segments.append(seg)
@@ -121,7 +134,11 @@ def test_word_timestamps_follow_the_speech(tiny_model, speech_dir: Path) -> None
     lead = np.zeros(SR * 3, dtype=np.float32)
     speech = load(espeak("Seven green apples fell from the old tree.", speech_dir / "apples.wav"))
     audio = np.concatenate([lead, speech, np.zeros(SR * 2, dtype=np.float32)])
-    segments = list(transcribe_blocks(tiny_model, [audio], TranscribeOptions(language="en", word_timestamps=True)))
+    segments = list(
+        transcribe_blocks(
+            tiny_model, [audio], TranscribeOptions(language="en", word_timestamps=True)
+        )
+    )
     words = [w for s in segments for w in s.words]
     assert wer("Seven green apples fell from the old tree.", "".join(w.text for w in words)) <= 0.4
     assert 6 <= len(words) <= 9
@@ -129,7 +146,7 @@ def test_word_timestamps_follow_the_speech(tiny_model, speech_dir: Path) -> None
     speech_end = 3 + len(speech) / SR
     assert 2.5 <= words[0].start <= 3.6
     assert abs(words[-1].end - speech_end) < 1.0
-    for a, b in zip(words, words[1:], strict=False):
+    for a, b in itertools.pairwise(words):
         assert a.start <= a.end <= b.start + 1e-6
     assert all(0 < w.probability <= 1 for w in words)
     for s in segments:
@@ -141,14 +158,18 @@ def test_cancel_stops_between_windows(tiny_model, long_recording) -> None:
     cancel = threading.Event()
     seen = []
     with pytest.raises(TranscriptionCancelled):
-        for seg in transcribe_blocks(tiny_model, [audio], TranscribeOptions(language="en"), cancel=cancel):
+        for seg in transcribe_blocks(
+            tiny_model, [audio], TranscribeOptions(language="en"), cancel=cancel
+        ):
             seen.append(seg)
             cancel.set()
     assert seen and seen[-1].end < len(audio) / SR - 20
 
 
 def test_initial_prompt_and_language_info(base_model, speech_dir: Path) -> None:
-    wav = espeak("Kubernetes clusters run on Hetzner servers.", speech_dir / "prompt.wav", speed=130)
+    wav = espeak(
+        "Kubernetes clusters run on Hetzner servers.", speech_dir / "prompt.wav", speed=130
+    )
     info = TranscriptionInfo(language=None)
     opts = TranscribeOptions(initial_prompt="Kubernetes, Hetzner, clusters.")
     segments = list(transcribe_blocks(base_model, [load(wav)], opts, info=info))

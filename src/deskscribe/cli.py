@@ -17,30 +17,45 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="deskscribe", description="Private, fast transcription on your own computer.")
+    p = argparse.ArgumentParser(
+        prog="deskscribe", description="Private, fast transcription on your own computer."
+    )
     p.add_argument("--version", action="version", version=f"deskscribe {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="show diagnostic messages")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("transcribe", help="transcribe audio or video files")
     t.add_argument("files", nargs="+", type=Path)
-    t.add_argument("--model", help="model name in the store, or a built model folder (default: newest installed)")
+    t.add_argument(
+        "--model",
+        help="model name in the store, or a built model folder (default: newest installed)",
+    )
     t.add_argument("--language", help="language code, e.g. en, de (default: detect)")
     t.add_argument("--task", choices=["transcribe", "translate"], default="transcribe")
-    t.add_argument("--format", default="txt", help="comma-separated: txt,srt,vtt,json,md,csv,docx (default: txt)")
+    t.add_argument(
+        "--format",
+        default="txt",
+        help="comma-separated: txt,srt,vtt,json,md,csv,docx (default: txt)",
+    )
     t.add_argument("--output-dir", type=Path, help="where to write (default: next to each file)")
     t.add_argument("--overwrite", action="store_true", help="replace existing output files")
-    t.add_argument("--device", choices=["auto", "cpu", "cuda", "directml", "coreml"], default="auto")
+    t.add_argument(
+        "--device", choices=["auto", "cpu", "cuda", "directml", "coreml"], default="auto"
+    )
     t.add_argument("--threads", type=int, default=0, help="CPU threads (0: ONNX Runtime's choice)")
     t.add_argument("--beam-size", type=int, default=5, help="1 for greedy decoding")
-    t.add_argument("--word-timestamps", action="store_true", help="time every word (JSON keeps them)")
+    t.add_argument(
+        "--word-timestamps", action="store_true", help="time every word (JSON keeps them)"
+    )
     t.add_argument("--initial-prompt", help="text that primes vocabulary and style")
     t.add_argument("--timestamps", action="store_true", help="put [hh:mm:ss] on each TXT line")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
 
     m = sub.add_parser("models", help="build, import, list and locate models")
     msub = m.add_subparsers(dest="models_command", required=True)
-    b = msub.add_parser("build", help="build an ONNX model from a Whisper checkpoint folder (HF or CTranslate2)")
+    b = msub.add_parser(
+        "build", help="build an ONNX model from a Whisper checkpoint folder (HF or CTranslate2)"
+    )
     b.add_argument("source", type=Path)
     b.add_argument("--name", help="name in the store (default: source folder name + variant)")
     b.add_argument("--variant", choices=["fp32", "fp16", "int8"], default="fp32")
@@ -58,7 +73,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s: %(message)s"
+    )
     try:
         if args.command == "transcribe":
             return _transcribe(args)
@@ -74,7 +91,13 @@ def _err(message: str) -> None:
 
 def _models(args: argparse.Namespace) -> int:
     from .models.build import build_model
-    from .models.store import ModelNotInstalledError, import_model, list_models, resolve_model, store_dir
+    from .models.store import (
+        ModelNotInstalledError,
+        import_model,
+        list_models,
+        resolve_model,
+        store_dir,
+    )
     from .whisper.weights import CheckpointError
 
     try:
@@ -83,13 +106,22 @@ def _models(args: argparse.Namespace) -> int:
             dest = args.output or store_dir() / name
             from tqdm import tqdm
 
-            with tqdm(total=100, desc=f"building {name}", unit="%", disable=not sys.stderr.isatty()) as bar:
+            with tqdm(
+                total=100, desc=f"building {name}", unit="%", disable=not sys.stderr.isatty()
+            ) as bar:
 
                 def progress(stage: str, fraction: float) -> None:
                     bar.set_postfix_str(stage)
                     bar.update(round(fraction * 100) - bar.n)
 
-                path = build_model(args.source, dest, args.variant, name=name, overwrite=args.overwrite, progress=progress)
+                path = build_model(
+                    args.source,
+                    dest,
+                    args.variant,
+                    name=name,
+                    overwrite=args.overwrite,
+                    progress=progress,
+                )
             print(path)
         elif args.models_command == "import":
             print(import_model(args.folder, args.name, overwrite=args.overwrite))
@@ -99,7 +131,9 @@ def _models(args: argparse.Namespace) -> int:
                 print(f"no models installed in {store_dir()}")
             for mdl in models:
                 kind = "multilingual" if mdl.multilingual else "English-only"
-                print(f"{mdl.name:32} {mdl.variant:5} {kind:13} {mdl.size_bytes / 1e6:8.1f} MB  {mdl.path}")
+                print(
+                    f"{mdl.name:32} {mdl.variant:5} {kind:13} {mdl.size_bytes / 1e6:8.1f} MB  {mdl.path}"
+                )
         elif args.models_command == "path":
             print(resolve_model(args.name) if args.name else store_dir())
     except (CheckpointError, ModelNotInstalledError, FileExistsError, ValueError) as err:
@@ -152,7 +186,12 @@ def _transcribe(args: argparse.Namespace) -> int:
         cancel = threading.Event()
         try:
             with tqdm(
-                total=1.0, desc=path.name, unit="s", disable=args.quiet, leave=True, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]"
+                total=1.0,
+                desc=path.name,
+                unit="s",
+                disable=args.quiet,
+                leave=True,
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]",
             ) as bar:
 
                 def progress(done: float, total: float, bar: tqdm = bar) -> None:
@@ -163,7 +202,9 @@ def _transcribe(args: argparse.Namespace) -> int:
                 transcript = transcribe_file(model, path, options, progress=progress, cancel=cancel)
             out_dir.mkdir(parents=True, exist_ok=True)
             for fmt, target in zip(formats, targets, strict=True):
-                export(transcript, target, fmt, overwrite=args.overwrite, timestamps=args.timestamps)
+                export(
+                    transcript, target, fmt, overwrite=args.overwrite, timestamps=args.timestamps
+                )
                 if not args.quiet:
                     print(target, file=sys.stderr)
         except (MediaError, DecodingError, ExportExistsError, OSError) as err:

@@ -35,7 +35,11 @@ class InstalledModel:
 
 def store_dir() -> Path:
     override = os.environ.get(ENV_DIR)
-    return Path(override) if override else Path(user_data_dir("DeskScribe", appauthor=False)) / "models"
+    return (
+        Path(override)
+        if override
+        else Path(user_data_dir("DeskScribe", appauthor=False)) / "models"
+    )
 
 
 def list_models(root: Path | None = None) -> list[InstalledModel]:
@@ -53,7 +57,14 @@ def list_models(root: Path | None = None) -> list[InstalledModel]:
             continue
         size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
         found.append(
-            InstalledModel(folder.name, folder, data.get("variant", "?"), bool(data.get("multilingual")), size, data.get("built_at", ""))
+            InstalledModel(
+                folder.name,
+                folder,
+                data.get("variant", "?"),
+                bool(data.get("multilingual")),
+                size,
+                data.get("built_at", ""),
+            )
         )
     return found
 
@@ -61,12 +72,12 @@ def list_models(root: Path | None = None) -> list[InstalledModel]:
 def resolve_model(name_or_path: str | None, root: Path | None = None) -> Path:
     """A model folder from a store name, a path, or (None) the only/newest installed model."""
     if name_or_path:
-        candidate = Path(name_or_path).expanduser()
-        if (candidate / MANIFEST).is_file():
-            return candidate
         in_store = (root or store_dir()) / name_or_path
         if (in_store / MANIFEST).is_file():
             return in_store
+        candidate = Path(name_or_path).expanduser()
+        if (candidate / MANIFEST).is_file():
+            return candidate.resolve()
         installed = ", ".join(m.name for m in list_models(root)) or "none"
         raise ModelNotInstalledError(
             f"model {name_or_path!r} is not installed (installed: {installed}); "
@@ -81,7 +92,9 @@ def resolve_model(name_or_path: str | None, root: Path | None = None) -> Path:
     return max(models, key=lambda m: m.built_at).path
 
 
-def import_model(folder: Path, name: str | None = None, root: Path | None = None, overwrite: bool = False) -> Path:
+def import_model(
+    folder: Path, name: str | None = None, root: Path | None = None, overwrite: bool = False
+) -> Path:
     """Copy an already built model folder into the store (atomically)."""
     if not (folder / MANIFEST).is_file():
         raise ModelNotInstalledError(f"{folder} is not a built DeskScribe model (no {MANIFEST})")

@@ -108,7 +108,9 @@ def find_alignment(
     ends = jump_times[boundaries[1:]]
     probs = np.exp(np.asarray(token_logprobs, dtype=np.float64)) if token_logprobs else None
     timings = []
-    for k, (word, toks, start, end) in enumerate(zip(words[:-1], word_tokens[:-1], starts, ends, strict=True)):
+    for k, (word, toks, start, end) in enumerate(
+        zip(words[:-1], word_tokens[:-1], starts, ends, strict=True)
+    ):
         if probs is not None and boundaries[k + 1] <= len(probs):
             p = float(np.mean(probs[boundaries[k] : boundaries[k + 1]]))
         else:
@@ -127,7 +129,9 @@ def _clamp_long_words(words: list[WordTiming]) -> None:
         return
     max_duration = 2 * min(0.7, float(np.median(durations)))
     for i, w in enumerate(words):
-        after_pause = i == 0 or words[i - 1].word.rstrip().endswith((".", "?", "!", "。", "？", "！"))
+        after_pause = i == 0 or words[i - 1].word.rstrip().endswith(
+            (".", "?", "!", "。", "？", "！")
+        )
         if after_pause and w.end - w.start > max_duration:
             w.start = w.end - max_duration
 

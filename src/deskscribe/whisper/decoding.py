@@ -94,7 +94,9 @@ class SuppressTokens(LogitFilter):
 class ApplyTimestampRules(LogitFilter):
     """Timestamps come in pairs, never go backwards, and the window starts with one."""
 
-    def __init__(self, tokenizer: WhisperTokenizer, sample_begin: int, max_initial_index: int | None) -> None:
+    def __init__(
+        self, tokenizer: WhisperTokenizer, sample_begin: int, max_initial_index: int | None
+    ) -> None:
         self.tk = tokenizer
         self.sample_begin = sample_begin
         self.max_initial_index = max_initial_index
@@ -150,7 +152,9 @@ class WindowDecoder:
         self.tk = model.tokenizer
         self.opt = options
         if options.task == "translate" and not self.tk.multilingual:
-            raise DecodingError("this model is English-only and cannot translate; pick a multilingual model")
+            raise DecodingError(
+                "this model is English-only and cannot translate; pick a multilingual model"
+            )
         self.n_ctx = model.dims.n_text_ctx
         self.sample_len = options.sample_len or self.n_ctx // 2
         self.rng = np.random.default_rng(options.seed)
@@ -182,7 +186,14 @@ class WindowDecoder:
         if self.opt.suppress_tokens is not None:
             return self.opt.suppress_tokens
         tk = self.tk
-        ids = [*tk.non_speech_tokens, tk.transcribe, tk.translate, tk.sot, tk.sot_prev, tk.no_speech]
+        ids = [
+            *tk.non_speech_tokens,
+            tk.transcribe,
+            tk.translate,
+            tk.sot,
+            tk.sot_prev,
+            tk.no_speech,
+        ]
         if tk.sot_lm is not None:
             ids.append(tk.sot_lm)
         return sorted(set(ids))
@@ -215,7 +226,9 @@ class WindowDecoder:
             logits, _ = state.step(np.array([rest] * n_beams))
 
         if n_beams > 1:
-            tokens, logprobs, total, looped = self._beam_search(state, logits, initial, filters, n_beams)
+            tokens, logprobs, total, looped = self._beam_search(
+                state, logits, initial, filters, n_beams
+            )
         else:
             tokens, logprobs, total, looped = self._greedy(state, logits, initial, filters)
 
@@ -239,7 +252,9 @@ class WindowDecoder:
         probs = np.exp(log_softmax(logits.astype(np.float64) / self.opt.temperature))
         return int(self.rng.choice(len(probs), p=probs / probs.sum()))
 
-    def _greedy(self, state, logits, initial, filters) -> tuple[list[int], list[float], float, bool]:
+    def _greedy(
+        self, state, logits, initial, filters
+    ) -> tuple[list[int], list[float], float, bool]:
         """Returns (tokens, their logprobs, sum of logprobs incl. end-of-text, looped)."""
         seq = list(initial)
         out: list[int] = []
@@ -264,7 +279,9 @@ class WindowDecoder:
             logits, _ = state.step(np.array([[token]]))
         return out, logprobs, total, False
 
-    def _beam_search(self, state, logits, initial, filters, n_beams) -> tuple[list[int], list[float], float, bool]:
+    def _beam_search(
+        self, state, logits, initial, filters, n_beams
+    ) -> tuple[list[int], list[float], float, bool]:
         beams: list[list[int]] = [list(initial) for _ in range(n_beams)]
         scores = [0.0] * n_beams
         token_lps: list[list[float]] = [[] for _ in range(n_beams)]
@@ -281,7 +298,9 @@ class WindowDecoder:
                 top = np.argsort(-lps[b])[: n_beams + 1]
                 for t in top:
                     if np.isfinite(lps[b, t]):
-                        candidates.append((scores[b] + float(lps[b, t]), b, int(t), float(lps[b, t])))
+                        candidates.append(
+                            (scores[b] + float(lps[b, t]), b, int(t), float(lps[b, t]))
+                        )
             candidates.sort(key=lambda c: -c[0])
             next_beams, next_scores, next_lps, origin = [], [], [], []
             for score, b, t, lp in candidates:
@@ -295,19 +314,30 @@ class WindowDecoder:
                 origin.append(b)
                 if len(next_beams) == n_beams:
                     break
-            if len(finished) >= max_candidates or not next_beams or len(next_beams[0]) >= self.n_ctx:
+            if (
+                len(finished) >= max_candidates
+                or not next_beams
+                or len(next_beams[0]) >= self.n_ctx
+            ):
                 break
             beams, scores, token_lps = next_beams, next_scores, next_lps
             if any(_looping(b_[len(initial) :]) for b_ in beams[:1]):
                 return beams[0][len(initial) :], token_lps[0], scores[0], True
             logits, _ = state.step(np.array([[b_[-1]] for b_ in beams]), np.array(origin))
         if not finished:
-            finished = [(b_[len(initial) :], s, lp) for b_, s, lp in zip(beams, scores, token_lps, strict=True)]
+            finished = [
+                (b_[len(initial) :], s, lp)
+                for b_, s, lp in zip(beams, scores, token_lps, strict=True)
+            ]
 
         def rank(item: tuple[list[int], float, list[float]]) -> float:
             tokens, score, _ = item
             length = len(tokens) + 1
-            penalty = length if self.opt.length_penalty is None else ((5 + length) / 6) ** self.opt.length_penalty
+            penalty = (
+                length
+                if self.opt.length_penalty is None
+                else ((5 + length) / 6) ** self.opt.length_penalty
+            )
             return score / penalty
 
         best = max(finished, key=rank)

@@ -27,7 +27,9 @@ def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
     mel = hz / f_sp
     min_log_mel = 1000.0 / f_sp
     logstep = np.log(6.4) / 27.0
-    return np.where(hz >= 1000.0, min_log_mel + np.log(np.maximum(hz, 1e-10) / 1000.0) / logstep, mel)
+    return np.where(
+        hz >= 1000.0, min_log_mel + np.log(np.maximum(hz, 1e-10) / 1000.0) / logstep, mel
+    )
 
 
 def _mel_to_hz(mel: np.ndarray) -> np.ndarray:

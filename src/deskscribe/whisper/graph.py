@@ -155,8 +155,12 @@ def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
         for i in range(d.n_audio_layer):
             p = f"enc.{i}"
             h = b.layer_norm(x, f"{p}.attn_ln")
-            q = b.split_heads(b.linear(h, f"{p}.attn.q", scale=scale), d.n_audio_head, dh_a, [0, 2, 1, 3])
-            k = b.split_heads(b.linear(h, f"{p}.attn.k", bias=False), d.n_audio_head, dh_a, [0, 2, 3, 1])
+            q = b.split_heads(
+                b.linear(h, f"{p}.attn.q", scale=scale), d.n_audio_head, dh_a, [0, 2, 1, 3]
+            )
+            k = b.split_heads(
+                b.linear(h, f"{p}.attn.k", bias=False), d.n_audio_head, dh_a, [0, 2, 3, 1]
+            )
             v = b.split_heads(b.linear(h, f"{p}.attn.v"), d.n_audio_head, dh_a, [0, 2, 1, 3])
             out, _ = b.attend(q, k, v)
             x = g.op("Add", x, b.linear(b.merge_heads(out, d.n_audio_state), f"{p}.attn.o"))
@@ -188,10 +192,16 @@ def default_alignment_heads(ckpt: Checkpoint) -> list[tuple[int, int]]:
     d = ckpt.dims
     if ckpt.alignment_heads:
         return [(int(layer), int(head)) for layer, head in ckpt.alignment_heads]
-    return [(layer, h) for layer in range(d.n_text_layer // 2, d.n_text_layer) for h in range(d.n_text_head)]
+    return [
+        (layer, h)
+        for layer in range(d.n_text_layer // 2, d.n_text_layer)
+        for h in range(d.n_text_head)
+    ]
 
 
-def build_decoder(ckpt: Checkpoint, path: Path, variant: str, alignment_heads: list[tuple[int, int]]) -> None:
+def build_decoder(
+    ckpt: Checkpoint, path: Path, variant: str, alignment_heads: list[tuple[int, int]]
+) -> None:
     d = ckpt.dims
     cfg = _Cfg(variant)
     g = GraphWriter(path, "whisper_decoder")
@@ -228,7 +238,11 @@ def build_decoder(ckpt: Checkpoint, path: Path, variant: str, alignment_heads: l
         )
         # Causal mask [T, P+T]: query i (absolute position P+i) may not see key j > P+i.
         key_pos = g.op("Range", zero, stop, one)
-        blocked = g.op("Greater", g.op("Unsqueeze", key_pos, squeeze0), g.op("Unsqueeze", positions, g.const([1])))
+        blocked = g.op(
+            "Greater",
+            g.op("Unsqueeze", key_pos, squeeze0),
+            g.op("Unsqueeze", positions, g.const([1])),
+        )
         neg = np.array(-np.inf, dtype=cfg.np_dtype)
         mask = g.op("Where", blocked, g.weight(neg), g.weight(np.array(0, dtype=cfg.np_dtype)))
 

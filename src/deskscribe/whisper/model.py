@@ -112,11 +112,17 @@ class DecoderState:
         self.audio = audio
         self.batch = batch
         dh = d.n_text_state // d.n_text_head
-        self.past_k: object = np.zeros((d.n_text_layer, batch, d.n_text_head, dh, 0), model.np_dtype)
-        self.past_v: object = np.zeros((d.n_text_layer, batch, d.n_text_head, 0, dh), model.np_dtype)
+        self.past_k: object = np.zeros(
+            (d.n_text_layer, batch, d.n_text_head, dh, 0), model.np_dtype
+        )
+        self.past_v: object = np.zeros(
+            (d.n_text_layer, batch, d.n_text_head, 0, dh), model.np_dtype
+        )
         self.length = 0
 
-    def step(self, tokens: np.ndarray, cache_index: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def step(
+        self, tokens: np.ndarray, cache_index: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Feed ``tokens [B, T]``; returns (logits of the last position [B, V], alignment weights
         [B, A, T, S]). ``cache_index[b]`` is the cached sequence that row b continues."""
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
@@ -163,7 +169,9 @@ class DecoderState:
                 raise
             # Move everything to the host and continue on the CPU.
             self.past_k, self.past_v = _host(self.past_k), _host(self.past_v)
-            self.audio = AudioFeatures(_host(self.audio.cross_k), _host(self.audio.cross_v), self.audio.batch)
+            self.audio = AudioFeatures(
+                _host(self.audio.cross_k), _host(self.audio.cross_v), self.audio.batch
+            )
             with m._lock:
                 m.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
                 m._open_sessions()

@@ -67,9 +67,13 @@ class GraphWriter:
     def const(self, value: float | int | list, dtype: type = np.int64) -> str:
         return self.weight(np.asarray(value, dtype=dtype))
 
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, domain: str = "", **attrs) -> str | list[str]:
+    def op(
+        self, op_type: str, *inputs: str, outputs: int = 1, domain: str = "", **attrs
+    ) -> str | list[str]:
         names = [self._fresh(op_type.lower()) for _ in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, domain=domain or None, **attrs))
+        self.nodes.append(
+            helper.make_node(op_type, list(inputs), names, domain=domain or None, **attrs)
+        )
         return names[0] if outputs == 1 else names
 
     def identity(self, value: str, name: str) -> str:
@@ -87,7 +91,9 @@ class GraphWriter:
         self._data.flush()
         os.fsync(self._data.fileno())
         self._data.close()
-        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.initializers)
+        graph = helper.make_graph(
+            self.nodes, self.name, self.inputs, self.outputs, self.initializers
+        )
         model = helper.make_model(
             graph,
             opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],

@@ -21,7 +21,13 @@ CUDA = "CUDAExecutionProvider"
 DML = "DmlExecutionProvider"
 COREML = "CoreMLExecutionProvider"
 PROVIDER_ORDER = (CUDA, DML, COREML, CPU)
-DEVICES = {"auto": PROVIDER_ORDER, "cpu": (CPU,), "cuda": (CUDA,), "directml": (DML,), "coreml": (COREML,)}
+DEVICES = {
+    "auto": PROVIDER_ORDER,
+    "cpu": (CPU,),
+    "cuda": (CUDA,),
+    "directml": (DML,),
+    "coreml": (COREML,),
+}
 PROVIDER_LABELS = {CPU: "CPU", CUDA: "CUDA GPU", DML: "DirectML GPU", COREML: "CoreML"}
 
 
@@ -94,15 +100,21 @@ class Runtime:
                 providers.append((CPU, {}))
             try:
                 sess = ort.InferenceSession(
-                    os.fspath(path), sess_options=session_options(provider, self.threads), providers=providers
+                    os.fspath(path),
+                    sess_options=session_options(provider, self.threads),
+                    providers=providers,
                 )
-            except Exception as err:  # noqa: BLE001 - any load failure means: try the next provider
-                self.notes.append(f"{PROVIDER_LABELS.get(provider, provider)} failed to load: {err}")
+            except Exception as err:
+                self.notes.append(
+                    f"{PROVIDER_LABELS.get(provider, provider)} failed to load: {err}"
+                )
                 log.warning("provider %s failed for %s: %s", provider, path.name, err)
                 continue
             really = sess.get_providers()[0]
             if really != provider:
-                self.notes.append(f"{PROVIDER_LABELS.get(provider, provider)} could not start; using {really}")
+                self.notes.append(
+                    f"{PROVIDER_LABELS.get(provider, provider)} could not start; using {really}"
+                )
             self.provider = really
             return sess
         raise DeviceError(f"no ONNX Runtime provider could open {path}")

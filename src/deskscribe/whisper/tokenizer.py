@@ -21,7 +21,9 @@ class WhisperTokenizer:
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
         if not path.exists():
-            raise TokenizerError(f"{path} is missing: the model folder is incomplete; rebuild the model")
+            raise TokenizerError(
+                f"{path} is missing: the model folder is incomplete; rebuild the model"
+            )
         self._tok = _HFTokenizer.from_file(str(path))
         self.eot = self._required("<|endoftext|>")
         self.sot = self._required("<|startoftranscript|>")
@@ -57,7 +59,10 @@ class WhisperTokenizer:
                 raise TokenizerError(
                     f"unknown language {code!r}; use one of: {', '.join(sorted(self.language_ids))}"
                 )
-            seq += [self.language_ids[code], self.translate if task == "translate" else self.transcribe]
+            seq += [
+                self.language_ids[code],
+                self.translate if task == "translate" else self.transcribe,
+            ]
         return seq
 
     def encode(self, text: str) -> list[int]:
@@ -82,7 +87,28 @@ class WhisperTokenizer:
     def non_speech_tokens(self) -> list[int]:
         """Tokens of symbols that are not speech (openai/whisper's list), always suppressed."""
         symbols = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』')
-        symbols += "<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪".split()
+        symbols += [
+            "<<",
+            ">>",
+            "<<<",
+            ">>>",
+            "--",
+            "---",
+            "-(",
+            "-[",
+            "('",
+            '("',
+            "((",
+            "))",
+            "(((",
+            ")))",
+            "[[",
+            "]]",
+            "{{",
+            "}}",
+            "♪♪",
+            "♪♪♪",
+        ]
         miscellaneous = set("♩♪♫♬♭♮♯")
         result = {self.encode(" -")[0], self.encode(" '")[0]}
         for symbol in symbols + list(miscellaneous):
@@ -125,5 +151,9 @@ class WhisperTokenizer:
 
 def _space_delimited(words: list[str]) -> bool:
     text = "".join(words)
-    cjk = sum(1 for ch in text if "\u3040" <= ch <= "\u30ff" or "\u4e00" <= ch <= "\u9fff" or "\u0e00" <= ch <= "\u0e7f")
+    cjk = sum(
+        1
+        for ch in text
+        if "\u3040" <= ch <= "\u30ff" or "\u4e00" <= ch <= "\u9fff" or "\u0e00" <= ch <= "\u0e7f"
+    )
     return cjk < max(1, len(text) // 4)

@@ -108,7 +108,9 @@ def transcribe_blocks(
     tk = model.tokenizer
     if opt.task == "translate":
         if not tk.multilingual:
-            raise DecodingError("this model is English-only and cannot translate; pick a multilingual model")
+            raise DecodingError(
+                "this model is English-only and cannot translate; pick a multilingual model"
+            )
         if model.dims.n_text_layer <= 4 and model.dims.n_audio_layer >= 32:
             raise DecodingError(
                 "large-v3-turbo was not trained to translate and gives poor results; "
@@ -117,6 +119,8 @@ def transcribe_blocks(
     info = info or TranscriptionInfo(language=opt.language, duration=total_seconds)
     audio = _AudioWindow(blocks)
     language = opt.language if tk.multilingual else "en"
+    if language:
+        info.language = language
     all_tokens: list[int] = []
     prompt_reset = 0
     if opt.initial_prompt:
@@ -177,13 +181,17 @@ def transcribe_blocks(
             )
             seg_id += 1
         if opt.word_timestamps and window_segments:
-            _add_words(model, features, language, opt, window_segments, result, time_offset, segment_frames)
+            _add_words(
+                model, features, language, opt, window_segments, result, time_offset, segment_frames
+            )
         seek += advance_frames * HOP_LENGTH
         audio.drop_before(seek)
         all_tokens += [t for s in window_segments for t in s.tokens]
         if not opt.condition_on_previous_text or result.temperature > 0.5:
             prompt_reset = len(all_tokens)
-        _report(progress, min(seek / SAMPLE_RATE, total) if total > 0 else seek / SAMPLE_RATE, total)
+        _report(
+            progress, min(seek / SAMPLE_RATE, total) if total > 0 else seek / SAMPLE_RATE, total
+        )
         yield from window_segments
 
 
@@ -212,7 +220,11 @@ def _report(progress: Progress | None, done: float, total: float) -> None:
 
 
 def _decode_with_fallback(
-    model: WhisperModel, features: AudioFeatures, language: str | None, opt: TranscribeOptions, prompt: list[int]
+    model: WhisperModel,
+    features: AudioFeatures,
+    language: str | None,
+    opt: TranscribeOptions,
+    prompt: list[int],
 ) -> DecodingResult:
     result: DecodingResult | None = None
     for temperature in opt.temperatures:
@@ -227,7 +239,10 @@ def _decode_with_fallback(
         )
         result = WindowDecoder(model, dopt).decode(features, language)
         needs_fallback = result.looped
-        if opt.compression_ratio_threshold is not None and result.compression_ratio > opt.compression_ratio_threshold:
+        if (
+            opt.compression_ratio_threshold is not None
+            and result.compression_ratio > opt.compression_ratio_threshold
+        ):
             needs_fallback = True
         if opt.logprob_threshold is not None and result.avg_logprob < opt.logprob_threshold:
             needs_fallback = True
@@ -239,7 +254,9 @@ def _decode_with_fallback(
     return result
 
 
-def _split_window(tokens: list[int], ts_begin: int, segment_frames: int) -> tuple[list[tuple[float, float, list[int]]], int]:
+def _split_window(
+    tokens: list[int], ts_begin: int, segment_frames: int
+) -> tuple[list[tuple[float, float, list[int]]], int]:
     """Cut a window's tokens at consecutive timestamp pairs.
 
     Returns ([(start s, end s, tokens)], frames to advance the seek by).
@@ -304,7 +321,9 @@ def _add_words(
         seg = segments[si]
         start = round(time_offset + w.start, 3)
         end = round(time_offset + max(w.end, w.start), 3)
-        seg.words.append(Word(start=start, end=end, text=w.word, probability=round(w.probability, 4)))
+        seg.words.append(
+            Word(start=start, end=end, text=w.word, probability=round(w.probability, 4))
+        )
         consumed += len(w.tokens)
     for seg in segments:
         if seg.words:
@@ -326,7 +345,13 @@ def transcribe_file(
     segments: list[Segment] = []
     with blocks:
         for seg in transcribe_blocks(
-            model, blocks, options, total_seconds=blocks.info.duration, progress=progress, cancel=cancel, info=info
+            model,
+            blocks,
+            options,
+            total_seconds=blocks.info.duration,
+            progress=progress,
+            cancel=cancel,
+            info=info,
         ):
             segments.append(seg)
             if on_segment is not None:

@@ -119,7 +119,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     folder = Path(path)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder holding a Whisper checkpoint")
-    if (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists():
+    if (folder / "model.safetensors").exists() or (
+        folder / "model.safetensors.index.json"
+    ).exists():
         return _load_hf(folder)
     if (folder / "model.bin").exists() or (folder / "model.bin.part1").exists():
         return _load_ct2(folder)
@@ -182,7 +184,9 @@ def _load_hf(folder: Path) -> Checkpoint:
             n_text_layer=config["decoder_layers"],
         )
     except KeyError as err:
-        raise CheckpointError(f"{folder / 'config.json'} lacks {err}: not a Whisper config") from None
+        raise CheckpointError(
+            f"{folder / 'config.json'} lacks {err}: not a Whisper config"
+        ) from None
 
     index = folder / "model.safetensors.index.json"
     if index.exists():
@@ -191,7 +195,7 @@ def _load_hf(folder: Path) -> Checkpoint:
     else:
         files = [folder / "model.safetensors"]
     handles = {f.name: safe_open(str(f), framework="np") for f in files}
-    where = {key: name for name, h in handles.items() for key in h.keys()}
+    where = {key: name for name, h in handles.items() for key in h.keys()}  # noqa: SIM118 (safe_open is not iterable)
 
     def loader(hf_key: str) -> Callable[[], np.ndarray]:
         return lambda: handles[where[hf_key]].get_tensor(hf_key)
@@ -231,7 +235,10 @@ class _JoinedParts:
     def __init__(self, paths: list[Path]) -> None:
         self._paths = paths
         self._index = 0
-        self._fh: BinaryIO | None = open(paths[0], "rb")  # noqa: SIM115
+        self._fh: BinaryIO | None = self._open(0)
+
+    def _open(self, index: int) -> BinaryIO | None:
+        return open(self._paths[index], "rb") if index < len(self._paths) else None
 
     def read(self, n: int) -> bytes:
         chunks = []
@@ -242,7 +249,7 @@ class _JoinedParts:
             if n > 0:
                 self._fh.close()
                 self._index += 1
-                self._fh = open(self._paths[self._index], "rb") if self._index < len(self._paths) else None  # noqa: SIM115
+                self._fh = self._open(self._index)
         if n > 0:
             raise CheckpointError(f"{self._paths[-1]} ends early: the model file is truncated")
         return b"".join(chunks)
@@ -282,7 +289,9 @@ def read_ct2_variables(paths: list[Path]) -> Iterator[tuple[str, np.ndarray]]:
             (nbytes,) = struct.unpack("<I", stream.read(4))
             dtype = _CT2_DTYPES.get(dtype_id)
             if dtype is None:
-                raise CheckpointError(f"{name}: unsupported CTranslate2 dtype id {dtype_id} (bfloat16?)")
+                raise CheckpointError(
+                    f"{name}: unsupported CTranslate2 dtype id {dtype_id} (bfloat16?)"
+                )
             array = np.frombuffer(stream.read(nbytes), dtype=dtype).reshape(shape)
             arrays[name] = array
             yield name, array
@@ -369,11 +378,18 @@ def _load_ct2(folder: Path) -> Checkpoint:
     put("dec.embed", lambda: weight("decoder/embeddings/weight"))
     ln("enc.ln", "encoder/layer_norm")
     ln("dec.ln", "decoder/layer_norm")
-    for side, short, n_layers in (("encoder", "enc", dims.n_audio_layer), ("decoder", "dec", dims.n_text_layer)):
+    for side, short, n_layers in (
+        ("encoder", "enc", dims.n_audio_layer),
+        ("decoder", "dec", dims.n_text_layer),
+    ):
         for i in range(n_layers):
             c, k = f"{short}.{i}", f"{side}/layer_{i}"
             ln(f"{c}.attn_ln", f"{k}/self_attention/layer_norm")
-            fused([f"{c}.attn.q", f"{c}.attn.k", f"{c}.attn.v"], f"{k}/self_attention/linear_0", {f"{c}.attn.k"})
+            fused(
+                [f"{c}.attn.q", f"{c}.attn.k", f"{c}.attn.v"],
+                f"{k}/self_attention/linear_0",
+                {f"{c}.attn.k"},
+            )
             linear(f"{c}.attn.o", f"{k}/self_attention/linear_1")
             ln(f"{c}.mlp_ln", f"{k}/ffn/layer_norm")
             linear(f"{c}.mlp1", f"{k}/ffn/linear_0")
