@@ -135,3 +135,19 @@ def test_unknown_format_is_a_usage_error(store: Path, tmp_path: Path) -> None:
     wav = espeak("Hello.", tmp_path / "hello.wav")
     res = run(["transcribe", str(wav), "--format", "pdf"], store, tmp_path)
     assert res.returncode == 2 and "docx" in res.stderr
+
+
+def test_install_starter_works_offline(tmp_path: Path) -> None:
+    store = tmp_path / "starter-store"
+    res = run(
+        ["models", "install-starter", "--which", "tiny.en", "--variant", "int8"], store, tmp_path
+    )
+    assert res.returncode == 0, res.stderr
+    assert (store / "tiny.en-int8" / "manifest.json").exists()
+    assert [p.name for p in store.iterdir()] == ["tiny.en-int8"]  # no temporary folders left
+    wav = espeak("Remember to water the plants on Sunday.", tmp_path / "plants.wav", voice="en")
+    res = run(["transcribe", str(wav), "--quiet"], store, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (
+        wer("Remember to water the plants on Sunday.", (tmp_path / "plants.txt").read_text()) <= 0.2
+    )

