@@ -180,3 +180,17 @@ def test_beam_search_matches_ctranslate2(tiny_model: WhisperModel, tiny_ct2: Pat
         )
         ref = ct.generate(ctranslate2.StorageView.from_array(mel[None]), [[50257]], beam_size=5)[0]
         assert ours.tokens == ref.sequences_ids[0]
+
+
+def test_vocabulary_that_disagrees_with_the_tokenizer_is_refused(
+    tiny_ct2: Path, base_ct2: Path, tmp_path: Path
+) -> None:
+    from deskscribe.models.build import build_model
+    from deskscribe.whisper.weights import CheckpointError
+
+    mixed = write_ct2(tiny_ct2, tmp_path / "mixed")
+    (mixed / "vocabulary.txt").unlink()
+    (mixed / "vocabulary.json").write_bytes((base_ct2 / "vocabulary.json").read_bytes())
+    with pytest.raises(CheckpointError, match="disagree"):
+        build_model(mixed, tmp_path / "out", "fp32")
+    assert not (tmp_path / "out").exists()

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..whisper.graph import VARIANTS, build_decoder, build_encoder, default_alignment_heads
 from ..whisper.model import MANIFEST
 from ..whisper.tokenizer import WhisperTokenizer
-from ..whisper.weights import CheckpointError, load_checkpoint
+from ..whisper.weights import CheckpointError, load_checkpoint, read_ct2_vocabulary
 
 BUILDER_VERSION = 1
 Progress = Callable[[str, float], None]
@@ -59,6 +59,14 @@ def build_model(
             "(e.g. from openai/whisper-base on the Hugging Face hub) into that folder"
         )
     tokenizer = WhisperTokenizer(tokenizer_src)
+    vocabulary = read_ct2_vocabulary(source)
+    if vocabulary is not None:
+        for token_id in (tokenizer.eot, tokenizer.sot, tokenizer.no_timestamps):
+            if token_id >= len(vocabulary) or vocabulary[token_id] != tokenizer.token(token_id):
+                raise CheckpointError(
+                    f"{source}: tokenizer.json and the vocabulary file disagree about token {token_id}; "
+                    "the folder mixes files of different models"
+                )
     if tokenizer.timestamp_begin + 1501 > ckpt.dims.n_vocab:
         raise CheckpointError(
             f"{tokenizer_src} does not match the model: its special tokens end past the model's "

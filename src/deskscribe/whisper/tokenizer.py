@@ -65,6 +65,9 @@ class WhisperTokenizer:
             ]
         return seq
 
+    def token(self, token_id: int) -> str | None:
+        return self._tok.id_to_token(token_id)
+
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 

@@ -411,6 +411,18 @@ def _load_ct2(folder: Path) -> Checkpoint:
     )
 
 
+def read_ct2_vocabulary(folder: Path) -> list[str] | None:
+    """The CTranslate2 vocabulary (``vocabulary.json`` list or ``vocabulary.txt`` lines), if any."""
+    if (folder / "vocabulary.json").exists():
+        data = json.loads((folder / "vocabulary.json").read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise CheckpointError(f"{folder / 'vocabulary.json'} is not a list of tokens")
+        return [str(t) for t in data]
+    if (folder / "vocabulary.txt").exists():
+        return (folder / "vocabulary.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    return None
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
