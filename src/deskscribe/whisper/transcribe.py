@@ -129,6 +129,13 @@ def transcribe_blocks(
     seg_id = 0
     total = total_seconds if total_seconds is not None else -1.0
 
+    def advance(frames: int) -> None:
+        nonlocal seek
+        seek += frames * HOP_LENGTH
+        audio.drop_before(seek)
+        done = seek / SAMPLE_RATE
+        _report(progress, min(done, total) if total > 0 else done, total)
+
     while True:
         if cancel is not None and cancel.is_set():
             raise TranscriptionCancelled("transcription cancelled")
@@ -140,9 +147,7 @@ def transcribe_blocks(
         window_seconds = segment_frames * FRAME_SECONDS
         time_offset = seek / SAMPLE_RATE
         if float(np.sqrt(np.mean(chunk.astype(np.float64) ** 2))) < opt.silence_rms:
-            seek += segment_frames * HOP_LENGTH
-            audio.drop_before(seek)
-            _report(progress, seek / SAMPLE_RATE, total)
+            advance(segment_frames)
             continue
 
         features = model.encode(log_mel(chunk, model.n_mels)[None])
@@ -155,9 +160,7 @@ def transcribe_blocks(
         result = _decode_with_fallback(model, features, language, opt, prompt)
 
         if _is_silence(result, opt):
-            seek += segment_frames * HOP_LENGTH
-            audio.drop_before(seek)
-            _report(progress, seek / SAMPLE_RATE, total)
+            advance(segment_frames)
             continue
 
         pieces, advance_frames = _split_window(result.tokens, tk.timestamp_begin, segment_frames)
@@ -184,14 +187,10 @@ def transcribe_blocks(
             _add_words(
                 model, features, language, opt, window_segments, result, time_offset, segment_frames
             )
-        seek += advance_frames * HOP_LENGTH
-        audio.drop_before(seek)
         all_tokens += [t for s in window_segments for t in s.tokens]
         if not opt.condition_on_previous_text or result.temperature > 0.5:
             prompt_reset = len(all_tokens)
-        _report(
-            progress, min(seek / SAMPLE_RATE, total) if total > 0 else seek / SAMPLE_RATE, total
-        )
+        advance(advance_frames)
         yield from window_segments
 
 
