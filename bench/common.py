@@ -103,21 +103,51 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process so far."""
+    t = os.times()
+    return t.user + t.system
+
+
+def system_cpu() -> tuple[float, float] | None:
+    """(busy, steal) CPU seconds of the whole machine since boot (Linux), else None."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(x) for x in fields]
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    steal = ticks[7] if len(ticks) > 7 else 0
+    return (sum(ticks[:8]) - idle - steal) / hz, steal / hz
+
+
 def emit(result: dict) -> None:
     """Child side: hand ``result`` back to the parent (one tagged JSON line on stdout)."""
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
 def run_child(script: Path, args: Sequence[str], timeout: float | None = None) -> dict:
-    """Run ``python script args`` and return the dict it ``emit``-ted (or ``{"error": ...}``)."""
+    """Run ``python script args`` and return the dict it ``emit``-ted (or ``{"error": ...}``).
+
+    Adds ``system_busy_s`` and ``steal_s``: CPU seconds the whole machine was busy (all
+    processes, the child included) and lost to the hypervisor while the child ran, so a
+    caller can tell a quiet run from a disturbed one.
+    """
     cmd = [sys.executable, str(script), *args]
+    before = system_cpu()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
+    after = system_cpu()
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
+            result = json.loads(line[len(RESULT_PREFIX) :])
+            if before and after:
+                result["system_busy_s"] = after[0] - before[0]
+                result["steal_s"] = after[1] - before[1]
+            return result
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
 

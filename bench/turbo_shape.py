@@ -35,6 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     DEFAULT_CACHE,
+    cpu_seconds,
     emit,
     machine_line,
     markdown_table,
@@ -244,14 +245,38 @@ def time_worker(folder: str, device: str, threads: int, runs: int, prefix: int, 
     emit(
         {
             "provider": model.runtime.provider,
-            "notes": list(model.runtime.notes),
+            "notes": list(dict.fromkeys(model.runtime.notes)),  # one note per session: dedupe
             "load_s": load_s,
             "encoder_first_s": first_enc,
             "encoder_s": enc,
             **figures,
             "peak_rss_mb": peak_rss_mb(),
+            "child_cpu_s": cpu_seconds(),
+            "gpu_mb": gpu_memory_mb()
+            if model.runtime.provider == "CUDAExecutionProvider"
+            else None,
         }
     )
+
+
+def gpu_memory_mb() -> float | None:
+    """GPU memory this process holds now (ONNX Runtime's arena keeps its peak), via nvidia-smi."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        pid, _, used = line.partition(",")
+        if pid.strip() == str(os.getpid()):
+            return float(used)
+    return None
 
 
 # --------------------------------------------------------------------------- parent
@@ -279,7 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--keep", action="store_true", help="keep the checkpoint and built models")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--runs", type=int, default=2, help="encoder runs (the first is a warm-up)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="encoder runs, the first a warm-up (default 2, 4 on CUDA)",
+    )
     p.add_argument("--prefix", type=int, default=100, help="tokens in the decoder cache")
     p.add_argument("--steps", type=int, default=20, help="decoder steps timed per batch size")
     p.add_argument("--tokens", type=int, default=100, help="tokens per window in the estimate")
@@ -295,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    if args.runs is None:
+        args.runs = 4 if cuda and args.device != "cpu" else 2
     if args.variants:
         variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     else:
@@ -362,6 +394,12 @@ def run(
         r.update(variant=v, device=device)
         if "error" in r:
             print(f"  failed: {r['error']}", flush=True)
+        elif "system_busy_s" in r:
+            others = max(0.0, r["system_busy_s"] - r["child_cpu_s"])
+            print(
+                f"  other processes used {others:.0f} CPU-s meanwhile, steal {r['steal_s']:.0f} s",
+                flush=True,
+            )
         timings.append(r)
 
     print()
@@ -416,11 +454,12 @@ def time_table(timings: list[dict], tokens: int) -> str:
         f"window+{tokens} tok greedy s",
         f"window+{tokens} tok beam5 s",
         "peak RSS GiB",
+        "GPU GiB",
     ]
     rows = []
     for r in timings:
         if "error" in r:
-            rows.append([r["variant"], r["device"], "failed", *[""] * 8])
+            rows.append([r["variant"], r["device"], "failed", *[""] * 9])
             continue
         greedy = r["encoder_s"] + tokens * r["step_b1_s"]
         beam = r["encoder_s"] + tokens * r["step_b5_s"]
@@ -442,6 +481,7 @@ def time_table(timings: list[dict], tokens: int) -> str:
                 f"{greedy:.2f} (RTF {greedy / 30:.3f})",
                 f"{beam:.2f} (RTF {beam / 30:.3f})",
                 f"{r['peak_rss_mb'] / 1024:.2f}",
+                f"{r['gpu_mb'] / 1024:.2f}" if r.get("gpu_mb") else "–",
             ]
         )
     return markdown_table(header, rows)
