@@ -18,12 +18,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..whisper.graph import VARIANTS, build_decoder, build_encoder, default_alignment_heads
+from ..whisper.graph import (
+    GRAPH_VERSION,
+    VARIANTS,
+    build_decoder,
+    build_encoder,
+    default_alignment_heads,
+)
 from ..whisper.model import MANIFEST
 from ..whisper.tokenizer import WhisperTokenizer
 from ..whisper.weights import CheckpointError, load_checkpoint, read_ct2_vocabulary
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = GRAPH_VERSION
 Progress = Callable[[str, float], None]
 
 

@@ -215,15 +215,17 @@ class WindowDecoder:
         sample_begin = len(initial)
         filters = self.filters(sample_begin)
         n_beams = self.opt.beam_size if self.opt.beam_size and self.opt.temperature == 0 else 1
-        state = self.model.start(audio, n_beams)
+        # The prompt is fed once (batch 1); beam search fans the cache out to its beams on the
+        # first step through cache_index, so identical copies are never computed.
+        state = self.model.start(audio, 1)
 
         # Feed everything up to <|startoftranscript|> first: its logits give no-speech.
-        head = np.array([initial[: sot_index + 1]] * n_beams)
+        head = np.array([initial[: sot_index + 1]])
         logits, _ = state.step(head)
         no_speech_prob = float(np.exp(log_softmax(logits[0].astype(np.float64))[self.tk.no_speech]))
         rest = initial[sot_index + 1 :]
         if rest:
-            logits, _ = state.step(np.array([rest] * n_beams))
+            logits, _ = state.step(np.array([rest]))
 
         if n_beams > 1:
             tokens, logprobs, total, looped = self._beam_search(
@@ -287,15 +289,15 @@ class WindowDecoder:
         token_lps: list[list[float]] = [[] for _ in range(n_beams)]
         finished: list[tuple[list[int], float, list[float]]] = []
         max_candidates = max(1, round(n_beams * self.opt.patience))
-        for step in range(self.sample_len):
+        for _ in range(self.sample_len):
             logits = logits.astype(np.float32, copy=True)
             for f in filters:
-                f.apply(logits, beams)
+                f.apply(logits, beams[: logits.shape[0]])
             lps = log_softmax(logits.astype(np.float64))
             candidates = []
-            rows = 1 if step == 0 else n_beams  # all beams are identical at the first step
+            rows = logits.shape[0]  # 1 at the first step, where all beams are still the prompt
             for b in range(rows):
-                top = np.argsort(-lps[b])[: n_beams + 1]
+                top = np.argpartition(-lps[b], n_beams)[: n_beams + 1]
                 for t in top:
                     if np.isfinite(lps[b, t]):
                         candidates.append(

@@ -1,7 +1,9 @@
 """Build our Whisper encoder and decoder ONNX graphs from a :class:`Checkpoint`.
 
-Encoder: ``mel [B, n_mels, 3000]`` → ``cross_k [L, B, H, dh, S]`` and ``cross_v [L, B, H, S, dh]``,
-the decoder's cross-attention keys/values for every layer, computed once per window.
+Encoder: ``mel [B, n_mels, 3000]`` → ``cross_k_i [B, H, dh, S]`` and ``cross_v_i [B, H, S, dh]``
+for each decoder layer i: the cross-attention keys/values, computed once per window. They are
+separate tensors, not one stacked array, so that a decoder step reads each layer's in place
+instead of copying the whole stack.
 
 Decoder: ``tokens [B, T]`` + ``cache_index [B]`` + self-attention cache (``past_k [L, B, H, dh, P]``, ``past_v
 [L, B, H, P, dh]``) + the cross K/V → ``logits [B, V]`` of the last position, ``present_k/v``
@@ -26,6 +28,7 @@ from .onnx_writer import GraphWriter
 from .weights import Checkpoint, QuantizedTensor
 
 VARIANTS = ("fp32", "fp16", "int8")
+GRAPH_VERSION = 2  # bump when the graphs' inputs or outputs change: built models must be rebuilt
 
 
 @dataclass
@@ -168,19 +171,15 @@ def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
         x = b.layer_norm(x, "enc.ln")
 
         dh_t = d.n_text_state // d.n_text_head
-        ks, vs = [], []
-        axis0 = g.const([0])
+        H = d.n_text_head
         for i in range(d.n_text_layer):
             p = f"dec.{i}.cross"
-            k = b.split_heads(b.linear(x, f"{p}.k", bias=False), d.n_text_head, dh_t, [0, 2, 3, 1])
-            v = b.split_heads(b.linear(x, f"{p}.v"), d.n_text_head, dh_t, [0, 2, 1, 3])
-            ks.append(g.op("Unsqueeze", k, axis0))
-            vs.append(g.op("Unsqueeze", v, axis0))
-        g.identity(g.op("Concat", *ks, axis=0), "cross_k")
-        g.identity(g.op("Concat", *vs, axis=0), "cross_v")
-        L, H = d.n_text_layer, d.n_text_head
-        g.add_output("cross_k", cfg.onnx_dtype, [L, "batch", H, dh_t, d.n_audio_ctx])
-        g.add_output("cross_v", cfg.onnx_dtype, [L, "batch", H, d.n_audio_ctx, dh_t])
+            k = b.split_heads(b.linear(x, f"{p}.k", bias=False), H, dh_t, [0, 2, 3, 1])
+            v = b.split_heads(b.linear(x, f"{p}.v"), H, dh_t, [0, 2, 1, 3])
+            g.identity(k, f"cross_k_{i}")
+            g.identity(v, f"cross_v_{i}")
+            g.add_output(f"cross_k_{i}", cfg.onnx_dtype, ["batch", H, dh_t, d.n_audio_ctx])
+            g.add_output(f"cross_v_{i}", cfg.onnx_dtype, ["batch", H, d.n_audio_ctx, dh_t])
         g.save()
     except BaseException:
         g.abort()
@@ -217,8 +216,8 @@ def build_decoder(
         past_k = g.add_input("past_k", ft, [L, "cache_batch", H, dh, "past"])
         past_v = g.add_input("past_v", ft, [L, "cache_batch", H, "past", dh])
         # Cross K/V may have batch 1 (shared by all beams, broadcast by MatMul) or batch B.
-        cross_k = g.add_input("cross_k", ft, [L, "audio_batch", H, dh, S])
-        cross_v = g.add_input("cross_v", ft, [L, "audio_batch", H, S, dh])
+        cross_k = [g.add_input(f"cross_k_{i}", ft, ["audio_batch", H, dh, S]) for i in range(L)]
+        cross_v = [g.add_input(f"cross_v_{i}", ft, ["audio_batch", H, S, dh]) for i in range(L)]
         past_k = g.op("Gather", past_k, cache_index, axis=1)
         past_v = g.op("Gather", past_v, cache_index, axis=1)
 
@@ -265,9 +264,7 @@ def build_decoder(
 
             h = b.layer_norm(x, f"{p}.cross_ln")
             q = b.split_heads(b.linear(h, f"{p}.cross.q", scale=scale), H, dh, [0, 2, 1, 3])
-            out, probs = b.attend(
-                q, g.op("Gather", cross_k, idx, axis=0), g.op("Gather", cross_v, idx, axis=0)
-            )
+            out, probs = b.attend(q, cross_k[i], cross_v[i])
             x = g.op("Add", x, b.linear(b.merge_heads(out, d.n_text_state), f"{p}.cross.o"))
             heads = [hd for layer, hd in alignment_heads if layer == i]
             if heads:

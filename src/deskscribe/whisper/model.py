@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from .graph import GRAPH_VERSION
 from .runtime import CUDA, Runtime
 from .tokenizer import WhisperTokenizer
 from .weights import Dims
@@ -25,16 +26,27 @@ MANIFEST = "manifest.json"
 
 
 class ModelNotBuiltError(Exception):
-    """The folder does not hold a model built by ``deskscribe models build``."""
+    """The folder does not hold a model built by ``deskscribe models build`` (or an outdated one)."""
 
 
 @dataclass
 class AudioFeatures:
-    """Encoder output for a batch of windows (numpy arrays or device-resident OrtValues)."""
+    """Encoder output for a batch of windows: per decoder layer, cross-attention keys and
+    values (numpy arrays, or OrtValues resident on the GPU)."""
 
-    cross_k: object
-    cross_v: object
+    cross_k: list
+    cross_v: list
     batch: int
+
+    def feeds(self) -> dict[str, object]:
+        named = {f"cross_k_{i}": k for i, k in enumerate(self.cross_k)}
+        named.update({f"cross_v_{i}": v for i, v in enumerate(self.cross_v)})
+        return named
+
+    def to_host(self) -> AudioFeatures:
+        return AudioFeatures(
+            [_host(k) for k in self.cross_k], [_host(v) for v in self.cross_v], self.batch
+        )
 
 
 class WhisperModel:
@@ -47,6 +59,11 @@ class WhisperModel:
                 "build one with `deskscribe models build <checkpoint folder>`"
             )
         self.manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if self.manifest.get("builder_version") != GRAPH_VERSION:
+            raise ModelNotBuiltError(
+                f"{self.folder} was built by another version of DeskScribe; rebuild it with "
+                f"`deskscribe models build {self.manifest.get('source', '<checkpoint folder>')} --overwrite`"
+            )
         self.dims = Dims(**self.manifest["dims"])
         self.variant: str = self.manifest["variant"]
         self.name: str = self.manifest.get("name", self.folder.name)
@@ -85,17 +102,24 @@ class WhisperModel:
         """``mel [B, n_mels, 3000]`` float32 → cross K/V for the decoder."""
         mel = np.ascontiguousarray(mel, dtype=np.float32)
 
+        n = self.dims.n_text_layer
+        names = [o.name for o in self.encoder.get_outputs()]
+
         def run() -> AudioFeatures:
             if self.device_type:
                 binding = self.encoder.io_binding()
                 binding.bind_cpu_input("mel", mel)
-                binding.bind_output("cross_k", self.device_type)
-                binding.bind_output("cross_v", self.device_type)
+                for name in names:
+                    binding.bind_output(name, self.device_type)
                 self.encoder.run_with_iobinding(binding)
-                ck, cv = binding.get_outputs()
-                return AudioFeatures(ck, cv, mel.shape[0])
-            ck, cv = self.encoder.run(None, {"mel": mel})
-            return AudioFeatures(ck, cv, mel.shape[0])
+                outs = dict(zip(names, binding.get_outputs(), strict=True))
+            else:
+                outs = dict(zip(names, self.encoder.run(names, {"mel": mel}), strict=True))
+            return AudioFeatures(
+                [outs[f"cross_k_{i}"] for i in range(n)],
+                [outs[f"cross_v_{i}"] for i in range(n)],
+                mel.shape[0],
+            )
 
         return self._run_with_fallback(run)
 
@@ -141,8 +165,8 @@ class DecoderState:
                 binding.bind_cpu_input("cache_index", cache_index)
                 binding.bind_ortvalue_input("past_k", self.past_k)
                 binding.bind_ortvalue_input("past_v", self.past_v)
-                binding.bind_ortvalue_input("cross_k", self.audio.cross_k)
-                binding.bind_ortvalue_input("cross_v", self.audio.cross_v)
+                for name, value in self.audio.feeds().items():
+                    binding.bind_ortvalue_input(name, value)
                 binding.bind_output("logits", "cpu")
                 binding.bind_output("present_k", m.device_type)
                 binding.bind_output("present_v", m.device_type)
@@ -156,8 +180,7 @@ class DecoderState:
                 "cache_index": cache_index,
                 "past_k": _host(self.past_k),
                 "past_v": _host(self.past_v),
-                "cross_k": _host(self.audio.cross_k),
-                "cross_v": _host(self.audio.cross_v),
+                **self.audio.to_host().feeds(),
             }
             logits, self.past_k, self.past_v, align = m.decoder.run(None, feeds)
             return logits, align
@@ -169,9 +192,7 @@ class DecoderState:
                 raise
             # Move everything to the host and continue on the CPU.
             self.past_k, self.past_v = _host(self.past_k), _host(self.past_v)
-            self.audio = AudioFeatures(
-                _host(self.audio.cross_k), _host(self.audio.cross_v), self.audio.batch
-            )
+            self.audio = self.audio.to_host()
             with m._lock:
                 m.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
                 m._open_sessions()
