@@ -158,6 +158,9 @@ def _models(args: argparse.Namespace) -> int:
     ) as err:
         _err(str(err))
         return EXIT_USAGE
+    except OSError as err:  # e.g. a full disk while building: nothing half-built is left
+        _err(f"{err.strerror or err} ({err.filename or 'model store'}); nothing was installed")
+        return EXIT_FAILED
     return EXIT_OK
 
 
