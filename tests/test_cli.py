@@ -151,3 +151,43 @@ def test_install_starter_works_offline(tmp_path: Path) -> None:
     assert (
         wer("Remember to water the plants on Sunday.", (tmp_path / "plants.txt").read_text()) <= 0.2
     )
+
+
+def test_language_an_english_only_model_cannot_do_is_refused(store: Path, tmp_path: Path) -> None:
+    wav = espeak("Hello there.", tmp_path / "hello.wav", voice="en")
+    res = run(["transcribe", str(wav), "--language", "de"], store, tmp_path)
+    assert res.returncode == 1 and "English-only" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "hello.txt").exists()
+
+
+def test_two_inputs_with_one_name_never_overwrite_each_other(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = espeak(
+        "Remember to water the plants on Sunday.", tmp_path / "a" / "talk.wav", voice="en"
+    )
+    second = espeak(
+        "Please call me back tomorrow afternoon.", tmp_path / "b" / "talk.wav", voice="en"
+    )
+    out = tmp_path / "out"
+    args = ["transcribe", str(first), str(second), "--output-dir", str(out), "--overwrite"]
+    res = run(args, store, tmp_path)
+    assert res.returncode == 1 and "would replace the transcript" in res.stderr
+    assert wer("Remember to water the plants on Sunday.", (out / "talk.txt").read_text()) <= 0.2
+
+
+def test_overwrite_never_deletes_a_folder_that_is_not_a_model(
+    store: Path, tiny_ct2: Path, tmp_path: Path
+) -> None:
+    precious = tmp_path / "my-documents"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("years of work")
+    res = run(
+        ["models", "build", str(tiny_ct2), "--output", str(precious), "--overwrite"],
+        store,
+        tmp_path,
+    )
+    assert res.returncode == 2 and "not a built model" in res.stderr
+    assert (precious / "thesis.txt").read_text() == "years of work"
+    res = run(["models", "build", str(tiny_ct2), "--name", "../escape"], store, tmp_path)
+    assert res.returncode == 2 and "not a usable model name" in res.stderr

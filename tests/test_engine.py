@@ -17,7 +17,12 @@ from conftest import built, espeak, load, wer
 from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
 from deskscribe.whisper.features import log_mel
 from deskscribe.whisper.model import WhisperModel
-from deskscribe.whisper.weights import QuantizedTensor, canonical_names, load_checkpoint
+from deskscribe.whisper.weights import (
+    CheckpointError,
+    QuantizedTensor,
+    canonical_names,
+    load_checkpoint,
+)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -118,7 +123,7 @@ def test_split_model_bin_reads_the_same_tensors(tiny_ct2: Path, tmp_path: Path) 
 def test_truncated_split_model_says_so(tiny_ct2: Path, tmp_path: Path) -> None:
     split = write_ct2(tiny_ct2, tmp_path / "split", parts=2)
     (split / "model.bin.part2").write_bytes((split / "model.bin.part2").read_bytes()[:1000])
-    with pytest.raises(Exception, match="truncated"):
+    with pytest.raises(CheckpointError, match="truncated"):
         load_checkpoint(split)
 
 

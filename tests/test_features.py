@@ -26,7 +26,7 @@ def test_log_mel_matches_faster_whisper(n_mels: int, seconds: float) -> None:
     padded = np.pad(audio, (0, 480000 - audio.size))
     ref = fw.FeatureExtractor(feature_size=n_mels)(padded, padding=0)[:, :N_FRAMES]
     assert ours.shape == (n_mels, N_FRAMES) == ref.shape
-    assert np.max(np.abs(ours - ref)) < 1e-3
+    assert np.max(np.abs(ours - ref)) < 1e-5  # the issue asks < 1e-3; we measure ~1e-7
 
 
 def test_tiny_en_special_tokens(tiny_ct2: Path) -> None:

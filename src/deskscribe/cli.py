@@ -106,12 +106,14 @@ def _models(args: argparse.Namespace) -> int:
         list_models,
         resolve_model,
         store_dir,
+        valid_name,
     )
+    from .whisper.tokenizer import TokenizerError
     from .whisper.weights import CheckpointError
 
     try:
         if args.models_command == "build":
-            name = args.name or f"{args.source.resolve().name}-{args.variant}"
+            name = valid_name(args.name or f"{args.source.resolve().name}-{args.variant}")
             dest = args.output or store_dir() / name
             from tqdm import tqdm
 
@@ -155,6 +157,7 @@ def _models(args: argparse.Namespace) -> int:
         FileExistsError,
         ValueError,
         StarterNotAvailableError,
+        TokenizerError,
     ) as err:
         _err(str(err))
         return EXIT_USAGE
@@ -171,11 +174,11 @@ def _transcribe(args: argparse.Namespace) -> int:
     from .models.store import ModelNotInstalledError, resolve_model
     from .transcript.export import FORMATS, ExportExistsError, export
     from .whisper.decoding import DecodingError
-    from .whisper.model import ModelNotBuiltError, WhisperModel
+    from .whisper.model import RUN_ERRORS, ModelNotBuiltError, WhisperModel
     from .whisper.runtime import DeviceError
     from .whisper.transcribe import TranscribeOptions, transcribe_file
 
-    formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
+    formats = list(dict.fromkeys(f.strip().lower() for f in args.format.split(",") if f.strip()))
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         _err(f"unknown format {', '.join(unknown)}; use any of: {','.join(FORMATS)}")
@@ -185,6 +188,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
         _err(str(err))
         return EXIT_USAGE
+    notes_shown = len(model.runtime.notes)
     for note in model.runtime.notes:
         _err(note)
     if not args.quiet:
@@ -197,9 +201,20 @@ def _transcribe(args: argparse.Namespace) -> int:
         initial_prompt=args.initial_prompt,
     )
     failed = 0
+    claimed: dict[Path, Path] = {}  # output file -> the input that writes it in this run
     for path in args.files:
         out_dir = args.output_dir or path.parent
         targets = [out_dir / f"{path.stem}.{fmt}" for fmt in formats]
+        clash = next((t for t in targets if t.resolve() in claimed), None)
+        if clash is not None:
+            _err(
+                f"{path}: skipped, its {clash.name} would replace the transcript of "
+                f"{claimed[clash.resolve()]} from this run; give the files different names "
+                "or transcribe them into different --output-dir folders"
+            )
+            failed += 1
+            continue
+        claimed.update({t.resolve(): path for t in targets})
         existing = [t for t in targets if t.exists()]
         if existing and not args.overwrite:
             _err(f"{path}: skipped, {existing[0]} already exists (pass --overwrite to replace it)")
@@ -232,7 +247,10 @@ def _transcribe(args: argparse.Namespace) -> int:
         except (MediaError, DecodingError, ExportExistsError, OSError) as err:
             _err(f"{path}: {err}" if str(path) not in str(err) else str(err))
             failed += 1
-    for note in model.runtime.notes:
+        except RUN_ERRORS as err:  # the engine itself failed on this file; go on with the next
+            _err(f"{path}: the transcription engine failed ({str(err).splitlines()[0][:300]})")
+            failed += 1
+    for note in model.runtime.notes[notes_shown:]:
         _err(note)
     return EXIT_FAILED if failed else EXIT_OK
 

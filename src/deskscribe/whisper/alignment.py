@@ -7,7 +7,6 @@ and averaged, and dynamic time warping finds the monotonic path from tokens to f
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,22 +136,25 @@ def _clamp_long_words(words: list[WordTiming]) -> None:
 
 
 def _merge_punctuation(words: list[WordTiming]) -> None:
-    """Attach opening punctuation to the next word and closing punctuation to the previous."""
-    for i in range(len(words) - 2, -1, -1):
-        w = words[i]
-        if w.word.startswith(" ") and w.word.strip() in _PREPEND and w.word.strip():
-            nxt = words[i + 1]
-            nxt.word = w.word + nxt.word
-            nxt.tokens = w.tokens + nxt.tokens
-            w.word, w.tokens = "", []
-    for i in range(1, len(words)):
-        w = words[i]
-        prev = next((p for p in reversed(words[:i]) if p.word), None)
-        if prev is not None and not prev.word.endswith(" ") and w.word and w.word in _APPEND:
-            prev.word += w.word
-            prev.tokens += w.tokens
-            w.word, w.tokens = "", []
-
-
-def is_punctuation(text: str) -> bool:
-    return bool(text.strip()) and all(ch in string.punctuation for ch in text.strip())
+    """Attach opening punctuation to the next word and closing punctuation to the previous
+    (``j``/``i`` track the word that absorbs, so runs of marks merge into one word)."""
+    i, j = len(words) - 2, len(words) - 1
+    while i >= 0:
+        prev, following = words[i], words[j]
+        if prev.word.startswith(" ") and prev.word.strip() and prev.word.strip() in _PREPEND:
+            following.word = prev.word + following.word
+            following.tokens = prev.tokens + following.tokens
+            prev.word, prev.tokens = "", []
+        else:
+            j = i
+        i -= 1
+    i, j = 0, 1
+    while j < len(words):
+        prev, following = words[i], words[j]
+        if prev.word and not prev.word.endswith(" ") and following.word in _APPEND:
+            prev.word += following.word
+            prev.tokens += following.tokens
+            following.word, following.tokens = "", []
+        else:
+            i = j
+        j += 1

@@ -326,15 +326,16 @@ class WindowDecoder:
             if any(_looping(b_[len(initial) :]) for b_ in beams[:1]):
                 return beams[0][len(initial) :], token_lps[0], scores[0], True
             logits, _ = state.step(np.array([[b_[-1]] for b_ in beams]), np.array(origin))
-        if not finished:
-            finished = [
-                (b_[len(initial) :], s, lp)
-                for b_, s, lp in zip(beams, scores, token_lps, strict=True)
-            ]
+        # Like openai/whisper: unfinished beams make up the numbers, best first, and sequences
+        # are ranked by summed log-probability over their length (end-of-text not counted).
+        for b_, sc, lp in sorted(zip(beams, scores, token_lps, strict=True), key=lambda x: -x[1]):
+            if len(finished) >= n_beams:
+                break
+            finished.append((b_[len(initial) :], sc, lp))
 
         def rank(item: tuple[list[int], float, list[float]]) -> float:
             tokens, score, _ = item
-            length = len(tokens) + 1
+            length = max(1, len(tokens))
             penalty = (
                 length
                 if self.opt.length_penalty is None

@@ -3,30 +3,45 @@
 The encoder turns a batch of log-mel windows into cross-attention keys/values; the decoder
 is stepped through :class:`DecoderState`, which keeps the self-attention cache. On CUDA the
 cache and the cross K/V stay on the GPU between steps (ONNX Runtime I/O binding); elsewhere
-they are numpy arrays. A run that fails on the GPU is retried on the CPU once, and the model
-says so in ``runtime.notes``.
+they are numpy arrays. A run that fails on the GPU is retried on the CPU, and the model says
+so in ``runtime.notes``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnxruntime as ort
 
 from .graph import GRAPH_VERSION
 from .runtime import CUDA, Runtime
-from .tokenizer import WhisperTokenizer
+from .tokenizer import TokenizerError, WhisperTokenizer
 from .weights import Dims
 
 MANIFEST = "manifest.json"
+T = TypeVar("T")
+_ort_state = ort.capi.onnxruntime_pybind11_state
+# What ONNX Runtime raises when a run fails on a device (CUDA out of memory arrives as
+# RuntimeException). On a GPU, each of them sends the model to the CPU.
+RUN_ERRORS = (
+    _ort_state.Fail,
+    _ort_state.RuntimeException,
+    _ort_state.EPFail,
+    _ort_state.DeviceReset,
+    _ort_state.EngineError,
+    RuntimeError,
+    MemoryError,
+)
 
 
 class ModelNotBuiltError(Exception):
-    """The folder does not hold a model built by ``deskscribe models build`` (or an outdated one)."""
+    """The folder does not hold a usable model built by ``deskscribe models build``."""
 
 
 @dataclass
@@ -37,6 +52,7 @@ class AudioFeatures:
     cross_k: list
     cross_v: list
     batch: int
+    _host_copy: AudioFeatures | None = field(default=None, repr=False, compare=False)
 
     def feeds(self) -> dict[str, object]:
         named = {f"cross_k_{i}": k for i, k in enumerate(self.cross_k)}
@@ -44,84 +60,103 @@ class AudioFeatures:
         return named
 
     def to_host(self) -> AudioFeatures:
-        return AudioFeatures(
-            [_host(k) for k in self.cross_k], [_host(v) for v in self.cross_v], self.batch
-        )
+        if all(isinstance(x, np.ndarray) for x in (*self.cross_k, *self.cross_v)):
+            return self
+        if self._host_copy is None:  # copied from the device once, not on every step
+            self._host_copy = AudioFeatures(
+                [_host(k) for k in self.cross_k], [_host(v) for v in self.cross_v], self.batch
+            )
+        return self._host_copy
+
+
+@dataclass(frozen=True)
+class _Sessions:
+    """Encoder and decoder, opened together and replaced together when falling back."""
+
+    encoder: ort.InferenceSession
+    decoder: ort.InferenceSession
+    device_type: str | None  # "cuda" when outputs stay on the GPU (I/O binding)
+    on_gpu: bool
 
 
 class WhisperModel:
     def __init__(self, folder: str | Path, device: str = "auto", threads: int = 0) -> None:
         self.folder = Path(folder)
-        manifest_path = self.folder / MANIFEST
-        if not manifest_path.exists():
+        self.manifest = _read_manifest(self.folder)
+        try:
+            self.dims = Dims(**self.manifest["dims"])
+            self.variant: str = self.manifest["variant"]
+            self.alignment_heads = [tuple(h) for h in self.manifest["alignment_heads"]]
+            self.tokenizer = WhisperTokenizer(self.folder / "tokenizer.json")
+        except (KeyError, TypeError, TokenizerError) as err:
             raise ModelNotBuiltError(
-                f"{self.folder} is not a built DeskScribe model (no {MANIFEST}); "
-                "build one with `deskscribe models build <checkpoint folder>`"
-            )
-        self.manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        if self.manifest.get("builder_version") != GRAPH_VERSION:
-            raise ModelNotBuiltError(
-                f"{self.folder} was built by another version of DeskScribe; rebuild it with "
-                f"`deskscribe models build {self.manifest.get('source', '<checkpoint folder>')} --overwrite`"
-            )
-        self.dims = Dims(**self.manifest["dims"])
-        self.variant: str = self.manifest["variant"]
+                f"{self.folder} is damaged ({err}); rebuild it with `deskscribe models build`"
+            ) from None
         self.name: str = self.manifest.get("name", self.folder.name)
-        self.alignment_heads = [tuple(h) for h in self.manifest["alignment_heads"]]
-        self.tokenizer = WhisperTokenizer(self.folder / "tokenizer.json")
+        self.np_dtype = np.float16 if self.variant == "fp16" else np.float32
         self.runtime = Runtime(device=device, threads=threads)
         self._lock = threading.Lock()
-        self._open_sessions()
+        self.sessions = self._open_sessions()
 
-    def _open_sessions(self) -> None:
-        self.encoder = self.runtime.open(self.folder / "encoder.onnx")
-        self.decoder = self.runtime.open(self.folder / "decoder.onnx")
-        self.np_dtype = np.float16 if self.variant == "fp16" else np.float32
-        self.device_type = "cuda" if self.runtime.provider == CUDA else None
+    def _open_sessions(self) -> _Sessions:
+        encoder = self.runtime.open(self.folder / "encoder.onnx")
+        decoder = self.runtime.open(self.folder / "decoder.onnx")
+        cuda = self.runtime.provider == CUDA
+        return _Sessions(encoder, decoder, "cuda" if cuda else None, self.runtime.on_gpu)
 
     @property
-    def is_multilingual(self) -> bool:
-        return self.tokenizer.multilingual
+    def device_type(self) -> str | None:
+        return self.sessions.device_type
 
     @property
     def n_mels(self) -> int:
         return self.dims.n_mels
 
-    def _run_with_fallback(self, fn):
+    def run_with_fallback(
+        self, fn: Callable[[_Sessions], T], before_retry: Callable[[], None] | None = None
+    ) -> T:
+        """Run ``fn`` on the current sessions; if it fails on a GPU, move to the CPU and retry.
+
+        When several threads fail at once, the first swaps in CPU sessions and the others,
+        seeing that the sessions changed, just retry.
+        """
+        sessions = self.sessions
         try:
-            return fn()
-        except (ort.capi.onnxruntime_pybind11_state.Fail, RuntimeError, MemoryError) as err:
-            if not self.runtime.on_gpu:
+            return fn(sessions)
+        except RUN_ERRORS as err:
+            if not sessions.on_gpu:
                 raise
             with self._lock:
-                self.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
-                self._open_sessions()
-            return fn()
+                if self.sessions is sessions:
+                    self.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
+                    self.sessions = self._open_sessions()
+            if before_retry is not None:
+                before_retry()
+            return fn(self.sessions)
 
     def encode(self, mel: np.ndarray) -> AudioFeatures:
         """``mel [B, n_mels, 3000]`` float32 → cross K/V for the decoder."""
         mel = np.ascontiguousarray(mel, dtype=np.float32)
-
         n = self.dims.n_text_layer
-        names = [o.name for o in self.encoder.get_outputs()]
 
-        def run() -> AudioFeatures:
-            if self.device_type:
-                binding = self.encoder.io_binding()
+        def run(sess: _Sessions) -> AudioFeatures:
+            names = [o.name for o in sess.encoder.get_outputs()]
+            if sess.device_type:
+                binding = sess.encoder.io_binding()
                 binding.bind_cpu_input("mel", mel)
                 for name in names:
-                    binding.bind_output(name, self.device_type)
-                self.encoder.run_with_iobinding(binding)
+                    binding.bind_output(name, sess.device_type)
+                sess.encoder.run_with_iobinding(binding)
                 outs = dict(zip(names, binding.get_outputs(), strict=True))
             else:
-                outs = dict(zip(names, self.encoder.run(names, {"mel": mel}), strict=True))
+                outs = dict(zip(names, sess.encoder.run(names, {"mel": mel}), strict=True))
             return AudioFeatures(
                 [outs[f"cross_k_{i}"] for i in range(n)],
                 [outs[f"cross_v_{i}"] for i in range(n)],
                 mel.shape[0],
             )
 
-        return self._run_with_fallback(run)
+        return self.run_with_fallback(run)
 
     def start(self, audio: AudioFeatures, batch: int) -> DecoderState:
         return DecoderState(self, audio, batch)
@@ -134,7 +169,6 @@ class DecoderState:
         d = model.dims
         self.model = model
         self.audio = audio
-        self.batch = batch
         dh = d.n_text_state // d.n_text_head
         self.past_k: object = np.zeros(
             (d.n_text_layer, batch, d.n_text_head, dh, 0), model.np_dtype
@@ -142,7 +176,6 @@ class DecoderState:
         self.past_v: object = np.zeros(
             (d.n_text_layer, batch, d.n_text_head, 0, dh), model.np_dtype
         )
-        self.length = 0
 
     def step(
         self, tokens: np.ndarray, cache_index: np.ndarray | None = None
@@ -153,28 +186,10 @@ class DecoderState:
         if cache_index is None:
             cache_index = np.arange(tokens.shape[0], dtype=np.int64)
         cache_index = np.ascontiguousarray(cache_index, dtype=np.int64)
-        m = self.model
-        if m.device_type and isinstance(self.past_k, np.ndarray) and self.length == 0:
-            self.past_k = ort.OrtValue.ortvalue_from_numpy(self.past_k, m.device_type, 0)
-            self.past_v = ort.OrtValue.ortvalue_from_numpy(self.past_v, m.device_type, 0)
 
-        def run() -> tuple[np.ndarray, np.ndarray]:
-            if m.device_type and not isinstance(self.past_k, np.ndarray):
-                binding = m.decoder.io_binding()
-                binding.bind_cpu_input("tokens", tokens)
-                binding.bind_cpu_input("cache_index", cache_index)
-                binding.bind_ortvalue_input("past_k", self.past_k)
-                binding.bind_ortvalue_input("past_v", self.past_v)
-                for name, value in self.audio.feeds().items():
-                    binding.bind_ortvalue_input(name, value)
-                binding.bind_output("logits", "cpu")
-                binding.bind_output("present_k", m.device_type)
-                binding.bind_output("present_v", m.device_type)
-                binding.bind_output("alignment", "cpu")
-                m.decoder.run_with_iobinding(binding)
-                logits, pk, pv, align = binding.get_outputs()
-                self.past_k, self.past_v = pk, pv
-                return logits.numpy(), align.numpy()
+        def run(sess: _Sessions) -> tuple[np.ndarray, np.ndarray]:
+            if sess.device_type:
+                return self._run_bound(sess, tokens, cache_index)
             feeds = {
                 "tokens": tokens,
                 "cache_index": cache_index,
@@ -182,23 +197,64 @@ class DecoderState:
                 "past_v": _host(self.past_v),
                 **self.audio.to_host().feeds(),
             }
-            logits, self.past_k, self.past_v, align = m.decoder.run(None, feeds)
+            logits, self.past_k, self.past_v, align = sess.decoder.run(None, feeds)
             return logits, align
 
-        try:
-            out = run()
-        except (ort.capi.onnxruntime_pybind11_state.Fail, RuntimeError, MemoryError) as err:
-            if not m.runtime.on_gpu:
-                raise
-            # Move everything to the host and continue on the CPU.
+        def to_host() -> None:
             self.past_k, self.past_v = _host(self.past_k), _host(self.past_v)
             self.audio = self.audio.to_host()
-            with m._lock:
-                m.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
-                m._open_sessions()
-            out = run()
-        self.length += tokens.shape[1]
-        return out
+
+        return self.model.run_with_fallback(run, before_retry=to_host)
+
+    def _run_bound(
+        self, sess: _Sessions, tokens: np.ndarray, cache_index: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The decoder step with the cache and cross K/V left on the device (I/O binding)."""
+        device = sess.device_type
+        if isinstance(self.past_k, np.ndarray):
+            self.past_k = ort.OrtValue.ortvalue_from_numpy(self.past_k, device, 0)
+            self.past_v = ort.OrtValue.ortvalue_from_numpy(self.past_v, device, 0)
+        binding = sess.decoder.io_binding()
+        binding.bind_cpu_input("tokens", tokens)
+        binding.bind_cpu_input("cache_index", cache_index)
+        binding.bind_ortvalue_input("past_k", self.past_k)
+        binding.bind_ortvalue_input("past_v", self.past_v)
+        for name, value in self.audio.feeds().items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        binding.bind_output("logits", "cpu")
+        binding.bind_output("present_k", device)
+        binding.bind_output("present_v", device)
+        binding.bind_output("alignment", "cpu")
+        sess.decoder.run_with_iobinding(binding)
+        logits, self.past_k, self.past_v, align = binding.get_outputs()
+        return logits.numpy(), align.numpy()
+
+
+def _read_manifest(folder: Path) -> dict:
+    path = folder / MANIFEST
+    if not path.exists():
+        raise ModelNotBuiltError(
+            f"{folder} is not a built DeskScribe model (no {MANIFEST}); "
+            "build one with `deskscribe models build <checkpoint folder>`"
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ModelNotBuiltError(f"{path} cannot be read ({err}); rebuild the model") from None
+    if manifest.get("builder_version") != GRAPH_VERSION:
+        source = str(manifest.get("source", "<checkpoint folder>"))
+        command = (
+            "deskscribe models install-starter --overwrite"
+            if source.startswith("starter:")
+            else f"deskscribe models build {source} --overwrite"
+        )
+        raise ModelNotBuiltError(
+            f"{folder} was built by another version of DeskScribe; rebuild it with `{command}`"
+        )
+    return manifest
 
 
 def _host(value: object) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 Initializers are written to ``<model>.onnx.data`` as soon as they are added and then
 dropped from memory, so building a model needs about one tensor's worth of RAM beyond
-what the checkpoint reader maps. The graph protobuf itself only holds references.
+what the checkpoint reader holds (memory-mapped for safetensors, in memory for CTranslate2).
+The graph protobuf itself only holds references.
 """
 
 from __future__ import annotations

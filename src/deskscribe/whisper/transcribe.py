@@ -116,6 +116,16 @@ def transcribe_blocks(
                 "large-v3-turbo was not trained to translate and gives poor results; "
                 "use large-v3 or medium for translation"
             )
+    if opt.language and not tk.multilingual and opt.language != "en":
+        raise DecodingError(
+            f"this model is English-only; it cannot transcribe {opt.language!r}. "
+            "Pick a multilingual model, or leave the language out"
+        )
+    if opt.language and tk.multilingual and opt.language not in tk.language_ids:
+        raise DecodingError(
+            f"unknown language {opt.language!r}; use a code such as "
+            f"{', '.join(sorted(tk.language_ids)[:12])}, …"
+        )
     info = info or TranscriptionInfo(language=opt.language, duration=total_seconds)
     audio = _AudioWindow(blocks)
     language = opt.language if tk.multilingual else "en"
@@ -140,10 +150,10 @@ def transcribe_blocks(
         if cancel is not None and cancel.is_set():
             raise TranscriptionCancelled("transcription cancelled")
         chunk = audio.read(seek, N_SAMPLES)
-        if chunk.shape[0] == 0 or (audio.exhausted and seek >= audio.end):
+        frames_left = chunk.shape[0] // HOP_LENGTH  # openai counts whole frames only
+        if frames_left == 0:
             break
-        seek_frames_left = int(np.ceil(chunk.shape[0] / HOP_LENGTH))
-        segment_frames = min(N_FRAMES, seek_frames_left)
+        segment_frames = min(N_FRAMES, frames_left)
         window_seconds = segment_frames * FRAME_SECONDS
         time_offset = seek / SAMPLE_RATE
         if float(np.sqrt(np.mean(chunk.astype(np.float64) ** 2))) < opt.silence_rms:
@@ -165,7 +175,9 @@ def transcribe_blocks(
 
         pieces, advance_frames = _split_window(result.tokens, tk.timestamp_begin, segment_frames)
         window_segments: list[Segment] = []
-        for start_s, end_s, toks in pieces:
+        piece_logprobs: list[list[float]] = []
+        for start_s, end_s, lo, hi in pieces:
+            toks = result.tokens[lo:hi]
             text = tk.decode([t for t in toks if t < tk.eot])
             if not any(ch.isalnum() for ch in text) or start_s >= window_seconds:
                 continue  # punctuation alone, or a timestamp past the end of the audio
@@ -182,10 +194,18 @@ def transcribe_blocks(
                     temperature=result.temperature,
                 )
             )
+            piece_logprobs.append(result.token_logprobs[lo:hi])
             seg_id += 1
         if opt.word_timestamps and window_segments:
             _add_words(
-                model, features, language, opt, window_segments, result, time_offset, segment_frames
+                model,
+                features,
+                language,
+                opt,
+                window_segments,
+                piece_logprobs,
+                time_offset,
+                segment_frames,
             )
         all_tokens += [t for s in window_segments for t in s.tokens]
         if not opt.condition_on_previous_text or result.temperature > 0.5:
@@ -255,10 +275,10 @@ def _decode_with_fallback(
 
 def _split_window(
     tokens: list[int], ts_begin: int, segment_frames: int
-) -> tuple[list[tuple[float, float, list[int]]], int]:
+) -> tuple[list[tuple[float, float, int, int]], int]:
     """Cut a window's tokens at consecutive timestamp pairs.
 
-    Returns ([(start s, end s, tokens)], frames to advance the seek by).
+    Returns ([(start s, end s, first token index, end token index)], frames to advance by).
     """
     window_seconds = segment_frames * FRAME_SECONDS
     is_ts = [t >= ts_begin for t in tokens]
@@ -270,10 +290,9 @@ def _split_window(
         pieces = []
         last = 0
         for cut in cuts:
-            part = tokens[last:cut]
-            start = (part[0] - ts_begin) * 0.02
-            end = (part[-1] - ts_begin) * 0.02
-            pieces.append((start, end, part))
+            start = (tokens[last] - ts_begin) * 0.02
+            end = (tokens[cut - 1] - ts_begin) * 0.02
+            pieces.append((start, end, last, cut))
             last = cut
         if single_ending:
             return pieces, segment_frames
@@ -283,7 +302,7 @@ def _split_window(
     duration = window_seconds
     if stamps and stamps[-1] != ts_begin:
         duration = (stamps[-1] - ts_begin) * 0.02
-    return [(0.0, duration, tokens)], segment_frames
+    return [(0.0, duration, 0, len(tokens))], segment_frames
 
 
 def _add_words(
@@ -292,19 +311,20 @@ def _add_words(
     language: str | None,
     opt: TranscribeOptions,
     segments: list[Segment],
-    result: DecodingResult,
+    piece_logprobs: list[list[float]],
     time_offset: float,
     segment_frames: int,
 ) -> None:
+    """Time every word of the window's kept segments (``piece_logprobs[i]`` holds the
+    log-probabilities of ``segments[i].tokens``)."""
     tk = model.tokenizer
-    text_tokens = [t for s in segments for t in s.tokens if t < tk.eot]
-    logprob_of = {}
-    pos = 0
-    for tok, lp in zip(result.tokens, result.token_logprobs, strict=False):
-        if tok < tk.eot:
-            logprob_of[pos] = lp
-            pos += 1
-    logprobs = [logprob_of.get(i, 0.0) for i in range(len(text_tokens))]
+    text_tokens: list[int] = []
+    logprobs: list[float] = []
+    for seg, lps in zip(segments, piece_logprobs, strict=True):
+        for tok, lp in zip(seg.tokens, lps, strict=False):
+            if tok < tk.eot:
+                text_tokens.append(tok)
+                logprobs.append(lp)
     timings = find_alignment(
         model, features, tk.sot_sequence(language, opt.task), text_tokens, segment_frames, logprobs
     )

@@ -124,7 +124,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     ).exists():
         return _load_hf(folder)
     if (folder / "model.bin").exists() or (folder / "model.bin.part1").exists():
-        return _load_ct2(folder)
+        try:
+            return _load_ct2(folder)
+        except KeyError as err:
+            raise CheckpointError(
+                f"{folder}: model.bin has no {err}; it is not a CTranslate2 Whisper model"
+            ) from None
     raise CheckpointError(
         f"{folder} holds neither model.safetensors (Hugging Face) nor model.bin (CTranslate2); "
         "point to the folder of a Whisper checkpoint"
