@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..fsutil import fsync_dir
 from ..whisper.graph import (
     GRAPH_VERSION,
     VARIANTS,
@@ -107,7 +108,7 @@ def build_model(
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        _fsync_dir(work)
+        fsync_dir(work)
         os.chmod(work, 0o755)  # mkdtemp made it private; a model folder is ordinary data
         if dest.exists():
             shutil.rmtree(dest)
@@ -135,12 +136,3 @@ def check_replaceable(dest: Path, overwrite: bool, source: Path | None = None) -
         raise FileExistsError(
             f"{dest} exists and is not a built model; it will not be replaced. Choose another name"
         )
-
-
-def _fsync_dir(path: Path) -> None:
-    if hasattr(os, "O_DIRECTORY"):
-        fd = os.open(path, os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..fsutil import fsync_dir
 from .model import Segment, Transcript
 
 FORMATS = ("txt", "srt", "vtt", "json", "md", "csv", "docx")
@@ -309,7 +310,7 @@ def _atomic_write(target: Path, data: bytes, *, overwrite: bool) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def _place_new(tmp: Path, target: Path) -> None:
@@ -350,19 +351,3 @@ def _umask() -> int:
     current = os.umask(0o022)
     os.umask(current)
     return current
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable (POSIX); best effort, not possible on Windows."""
-    if os.name != "posix":
-        return
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
