@@ -73,7 +73,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--variant", choices=["fp32", "fp16", "int8"], default="int8")
     st.add_argument("--overwrite", action="store_true")
-    msub.add_parser("list", help="list installed models")
+    d = msub.add_parser("download", help="download a model from the Hugging Face hub and build it")
+    d.add_argument(
+        "source", help="catalog name (see `models list --available`), repo id, or local folder"
+    )
+    d.add_argument(
+        "--variant",
+        choices=["auto", "fp32", "fp16", "int8"],
+        default="auto",
+        help="auto: fp16 on a GPU, int8 on a CPU",
+    )
+    d.add_argument("--name", help="name in the store (default: catalog name + variant)")
+    d.add_argument("--endpoint", help="hub address (default: $HF_ENDPOINT or huggingface.co)")
+    d.add_argument("--overwrite", action="store_true")
+    d.add_argument(
+        "--keep-download", action="store_true", help="keep the checkpoint after building"
+    )
+    r = msub.add_parser("remove", help="delete an installed model")
+    r.add_argument("name")
+    r.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    v = msub.add_parser("verify", help="check an installed model's files against their checksums")
+    v.add_argument("name")
+    msub.add_parser("recommend", help="the model and variant that suit this computer, and why")
+    ls = msub.add_parser("list", help="list installed models")
+    ls.add_argument("--available", action="store_true", help="list the catalog instead")
     pth = msub.add_parser("path", help="print the store folder, or a model's folder")
     pth.add_argument("name", nargs="?")
     return p
@@ -104,9 +127,11 @@ def _models(args: argparse.Namespace) -> int:
         ModelNotInstalledError,
         import_model,
         list_models,
+        remove_model,
         resolve_model,
         store_dir,
         valid_name,
+        verify_model,
     )
     from .whisper.tokenizer import TokenizerError
     from .whisper.weights import CheckpointError
@@ -140,6 +165,36 @@ def _models(args: argparse.Namespace) -> int:
             print(install_starter(args.which, args.variant, overwrite=args.overwrite))
         elif args.models_command == "import":
             print(import_model(args.folder, args.name, overwrite=args.overwrite))
+        elif args.models_command == "download":
+            return _download(args)
+        elif args.models_command == "remove":
+            if not args.yes and sys.stdin.isatty():
+                answer = input(f"Delete model {args.name} from {store_dir()}? [y/N] ")
+                if answer.strip().lower() not in ("y", "yes"):
+                    print("kept")
+                    return EXIT_OK
+            print(f"removed {remove_model(args.name)}")
+        elif args.models_command == "verify":
+            problems = verify_model(resolve_model(args.name))
+            for problem in problems:
+                _err(f"{args.name}: {problem}")
+            if problems:
+                _err(f"rebuild or download {args.name} again with --overwrite")
+                return EXIT_FAILED
+            print(f"{args.name}: all files match their checksums")
+        elif args.models_command == "recommend":
+            from .models.hardware import detect, recommend
+
+            rec = recommend(detect())
+            print(f"{rec.model} ({rec.variant}, {rec.device}): {rec.reason}")
+        elif args.models_command == "list" and args.available:
+            from .models.catalog import CATALOG
+
+            for e in CATALOG:
+                langs = "multilingual" if e.multilingual else "English-only"
+                print(
+                    f"{e.id:26} {e.size_mb / 1000:5.2f} GB  {langs:13} {e.good_for}  [{e.hardware}]"
+                )
         elif args.models_command == "list":
             models = list_models()
             if not models:
@@ -164,6 +219,52 @@ def _models(args: argparse.Namespace) -> int:
     except OSError as err:  # e.g. a full disk while building: nothing half-built is left
         _err(f"{err.strerror or err} ({err.filename or 'model store'}); nothing was installed")
         return EXIT_FAILED
+    return EXIT_OK
+
+
+def _download(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .models.download import DownloadError
+    from .models.hardware import detect, recommend
+    from .models.install import install_model
+
+    variant = args.variant
+    if variant == "auto":
+        variant = "int8" if recommend(detect()).device == "cpu" else "fp16"
+    bar: tqdm | None = None
+    stage_now = ""
+
+    def progress(stage: str, done: float, total: float) -> None:
+        nonlocal bar, stage_now
+        if stage != stage_now:
+            if bar is not None:
+                bar.close()
+            stage_now = stage
+            unit = "B" if stage == "download" else "%"
+            scale = 1 if stage == "download" else 100
+            bar = tqdm(total=total * scale, desc=stage, unit=unit, unit_scale=stage == "download")
+        assert bar is not None
+        scale = 1 if stage == "download" else 100
+        bar.update(done * scale - bar.n)
+
+    try:
+        path = install_model(
+            args.source,
+            variant,
+            name=args.name,
+            endpoint=args.endpoint,
+            overwrite=args.overwrite,
+            keep_download=args.keep_download,
+            progress=progress,
+        )
+    except DownloadError as err:
+        _err(str(err))
+        return EXIT_FAILED
+    finally:
+        if bar is not None:
+            bar.close()
+    print(path)
     return EXIT_OK
 
 

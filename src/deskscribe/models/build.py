@@ -95,12 +95,15 @@ def build_model(
         heads = default_alignment_heads(ckpt)
         build_decoder(ckpt, work / "decoder.onnx", variant, heads)
         shutil.copyfile(tokenizer_src, work / "tokenizer.json")
+        report("checksums", 0.95)
+        outputs = {p.name: sha256_file(p) for p in sorted(work.iterdir()) if p.is_file()}
         manifest = {
             "name": name or dest.name,
             "builder_version": BUILDER_VERSION,
             "source": source_label or str(source.resolve()),
             "source_kind": ckpt.kind,
             "inputs_sha256": inputs,
+            "files_sha256": outputs,
             "dims": ckpt.dims.to_dict(),
             "variant": variant,
             "alignment_heads": [list(h) for h in heads],

@@ -123,3 +123,37 @@ def valid_name(name: str) -> str:
             f"{name!r} is not a usable model name; use letters, digits, '.', '-' or '_'"
         )
     return name
+
+
+def remove_model(name: str, root: Path | None = None) -> Path:
+    """Delete an installed model folder (only ever a folder holding a built model)."""
+    folder = (root or store_dir()) / valid_name(name)
+    if not (folder / MANIFEST).is_file():
+        raise ModelNotInstalledError(f"model {name!r} is not installed in {root or store_dir()}")
+    # Rename first, so that a crash half-way leaves no half-deleted model in the list.
+    doomed = folder.with_name(f".{folder.name}.removing")
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.replace(folder, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+    return folder
+
+
+def verify_model(folder: Path) -> list[str]:
+    """Problems with a built model's files (empty when every file matches its checksum)."""
+    from .build import sha256_file
+
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        return [f"{folder / MANIFEST} cannot be read ({err})"]
+    expected = manifest.get("files_sha256")
+    if not expected:
+        return [f"{folder.name} was built before checksums were recorded; rebuild it to verify it"]
+    problems = []
+    for fname, digest in expected.items():
+        path = folder / fname
+        if not path.is_file():
+            problems.append(f"{fname} is missing")
+        elif sha256_file(path) != digest:
+            problems.append(f"{fname} is damaged (checksum differs)")
+    return problems

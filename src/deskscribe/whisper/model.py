@@ -246,11 +246,12 @@ def _read_manifest(folder: Path) -> dict:
         raise ModelNotBuiltError(f"{path} cannot be read ({err}); rebuild the model") from None
     if manifest.get("builder_version") != GRAPH_VERSION:
         source = str(manifest.get("source", "<checkpoint folder>"))
-        command = (
-            "deskscribe models install-starter --overwrite"
-            if source.startswith("starter:")
-            else f"deskscribe models build {source} --overwrite"
-        )
+        if source.startswith("starter:"):
+            command = "deskscribe models install-starter --overwrite"
+        elif source.startswith("hf:"):
+            command = f"deskscribe models download {source[3:]} --overwrite"
+        else:
+            command = f"deskscribe models build {source} --overwrite"
         raise ModelNotBuiltError(
             f"{folder} was built by another version of DeskScribe; rebuild it with `{command}`"
         )

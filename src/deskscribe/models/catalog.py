@@ -1,0 +1,172 @@
+"""The models DeskScribe offers, and where each comes from.
+
+Sizes are the download sizes of the checkpoints on the Hugging Face hub (approximate; the
+store asks the hub for the exact file list and sizes before it starts). Any other Hugging
+Face repo id holding a Whisper checkpoint (HF or CTranslate2 layout) can be used as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    id: str  # short name used on the command line and as the store folder prefix
+    repo_id: str
+    layout: str  # "huggingface" (safetensors) or "ctranslate2" (model.bin)
+    size_mb: int
+    multilingual: bool
+    parameters_m: int
+    good_for: str
+    hardware: str
+
+
+CATALOG: tuple[CatalogEntry, ...] = (
+    CatalogEntry(
+        "large-v3-turbo",
+        "openai/whisper-large-v3-turbo",
+        "huggingface",
+        1620,
+        True,
+        809,
+        "best accuracy for its speed; 100 languages; no translation",
+        "a GPU with 6 GB or more; a fast CPU for files (not live)",
+    ),
+    CatalogEntry(
+        "large-v3",
+        "openai/whisper-large-v3",
+        "huggingface",
+        3090,
+        True,
+        1550,
+        "highest accuracy, translation to English; slow",
+        "a GPU with 10 GB or more",
+    ),
+    CatalogEntry(
+        "distil-large-v3",
+        "distil-whisper/distil-large-v3",
+        "huggingface",
+        1510,
+        False,
+        756,
+        "English only, close to large-v3, fast",
+        "a GPU with 6 GB or more",
+    ),
+    CatalogEntry(
+        "medium",
+        "openai/whisper-medium",
+        "huggingface",
+        3060,
+        True,
+        769,
+        "good accuracy in many languages, translation",
+        "a GPU with 6 GB or more",
+    ),
+    CatalogEntry(
+        "small",
+        "openai/whisper-small",
+        "huggingface",
+        967,
+        True,
+        244,
+        "a good balance on CPUs with 8 cores or more",
+        "any computer; live on 8+ cores",
+    ),
+    CatalogEntry(
+        "base",
+        "openai/whisper-base",
+        "huggingface",
+        290,
+        True,
+        74,
+        "fast everywhere, live captions on any CPU",
+        "any computer",
+    ),
+    CatalogEntry(
+        "base.en",
+        "openai/whisper-base.en",
+        "huggingface",
+        290,
+        False,
+        74,
+        "English only, a little more accurate than base",
+        "any computer",
+    ),
+    CatalogEntry(
+        "tiny",
+        "openai/whisper-tiny",
+        "huggingface",
+        151,
+        True,
+        39,
+        "quick drafts, slow computers",
+        "any computer",
+    ),
+    CatalogEntry(
+        "tiny.en",
+        "openai/whisper-tiny.en",
+        "huggingface",
+        151,
+        False,
+        39,
+        "quick English drafts, slow computers",
+        "any computer",
+    ),
+    CatalogEntry(
+        "faster-whisper-large-v3",
+        "Systran/faster-whisper-large-v3",
+        "ctranslate2",
+        3090,
+        True,
+        1550,
+        "large-v3 in CTranslate2 format (the faster-whisper world)",
+        "a GPU with 10 GB or more",
+    ),
+    CatalogEntry(
+        "faster-whisper-small",
+        "Systran/faster-whisper-small",
+        "ctranslate2",
+        484,
+        True,
+        244,
+        "small in CTranslate2 float16",
+        "any computer",
+    ),
+    CatalogEntry(
+        "faster-whisper-base",
+        "Systran/faster-whisper-base",
+        "ctranslate2",
+        145,
+        True,
+        74,
+        "base in CTranslate2 float16",
+        "any computer",
+    ),
+)
+
+
+def find_entry(name: str) -> CatalogEntry | None:
+    """A catalog entry by short id or by repo id."""
+    for entry in CATALOG:
+        if name in (entry.id, entry.repo_id):
+            return entry
+    return None
+
+
+def wanted_files(all_files: list[str]) -> list[str]:
+    """The files of a repo that a build needs (weights, config, tokenizer, vocabulary)."""
+    names = set(all_files)
+    wanted = [f for f in ("config.json", "generation_config.json", "tokenizer.json") if f in names]
+    if "model.safetensors.index.json" in names:
+        wanted.append("model.safetensors.index.json")
+        wanted += sorted(f for f in names if f.startswith("model-") and f.endswith(".safetensors"))
+    elif "model.safetensors" in names:
+        wanted.append("model.safetensors")
+    elif "model.bin" in names:
+        wanted.append("model.bin")
+        wanted += [f for f in ("vocabulary.json", "vocabulary.txt") if f in names]
+    else:
+        parts = sorted(f for f in names if f.startswith("model.bin.part"))
+        wanted += parts + [f for f in ("vocabulary.json", "vocabulary.txt") if f in names]
+    return wanted

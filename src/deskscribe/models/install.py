@@ -1,0 +1,85 @@
+"""Get a model from the Hugging Face hub (or a local folder) into the store, ready to run.
+
+Download (resumable, verified) into ``<store>/.downloads/<repo>``, build the ONNX variant into
+``<store>/<name>`` atomically, then drop the downloaded checkpoint. A model is listed only
+once it is complete; an interrupted download resumes on the next try.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from .build import build_model
+from .catalog import find_entry, wanted_files
+from .store import store_dir, valid_name
+
+Progress = Callable[[str, float, float], None]  # (stage, done, total): bytes, or fractions
+
+
+def model_name(source: str, variant: str) -> str:
+    entry = find_entry(source)
+    base = entry.id if entry else source.rstrip("/").split("/")[-1]
+    return valid_name(f"{base}-{variant}")
+
+
+def install_model(
+    source: str,
+    variant: str,
+    *,
+    root: Path | None = None,
+    name: str | None = None,
+    endpoint: str | None = None,
+    overwrite: bool = False,
+    keep_download: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Install ``source`` (catalog id, Hugging Face repo id, or a local checkpoint folder)."""
+    from .download import download_files, list_repo_files
+
+    root = root or store_dir()
+    report = progress or (lambda stage, done, total: None)
+    dest = root / (valid_name(name) if name else model_name(source, variant))
+    local = Path(source).expanduser()
+    if local.is_dir():
+        return build_model(
+            local,
+            dest,
+            variant,
+            name=dest.name,
+            overwrite=overwrite,
+            progress=lambda stage, f: report(f"build: {stage}", f, 1.0),
+        )
+    entry = find_entry(source)
+    repo_id = entry.repo_id if entry else source
+    files = wanted_files([f.path for f in list_repo_files(repo_id, endpoint=endpoint)])
+    if not any(f.endswith((".safetensors", ".bin")) or ".bin.part" in f for f in files):
+        raise ValueError(f"{repo_id} holds no Whisper weights (model.safetensors or model.bin)")
+    cache = root / ".downloads" / repo_id.replace("/", "--")
+    download_files(
+        repo_id,
+        files,
+        cache,
+        endpoint=endpoint,
+        cancel=cancel,
+        progress=lambda done, total: report("download", done, total),
+    )
+    if cancel is not None and cancel.is_set():
+        from .download import DownloadCancelled
+
+        raise DownloadCancelled(f"download of {repo_id} cancelled")
+    path = build_model(
+        cache,
+        dest,
+        variant,
+        name=dest.name,
+        overwrite=overwrite,
+        progress=lambda stage, f: report(f"build: {stage}", f, 1.0),
+        source_label=f"hf:{repo_id}",
+    )
+    if not keep_download:
+        shutil.rmtree(cache, ignore_errors=True)
+    return path

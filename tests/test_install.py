@@ -1,0 +1,65 @@
+"""From nothing to a transcribing model through the hub API (local server), as a user does it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import espeak, wer
+from deskscribe.models.download import DownloadCancelled
+from deskscribe.models.install import install_model
+from deskscribe.models.store import list_models
+from test_download import REPO, hf_tiny_fp16, hub, repo  # noqa: F401 (fixtures)
+
+
+def cli(args: list[str], store: Path, endpoint: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DESKSCRIBE_MODELS_DIR": str(store), "HF_ENDPOINT": endpoint}
+    return subprocess.run(
+        [sys.executable, "-m", "deskscribe", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+def test_download_build_and_transcribe(hub, tmp_path: Path) -> None:  # noqa: F811
+    store = tmp_path / "store"
+    res = cli(["models", "download", REPO, "--variant", "int8", "--name", "tiny"], store, hub.url)
+    assert res.returncode == 0, res.stderr
+    assert (store / "tiny" / "manifest.json").exists()
+    assert not (store / ".downloads" / REPO.replace("/", "--")).exists()  # checkpoint dropped
+    assert cli(["models", "verify", "tiny"], store, hub.url).returncode == 0
+    wav = espeak("Remember to water the plants on Sunday.", tmp_path / "plants.wav", voice="en")
+    res = cli(["transcribe", str(wav), "--model", "tiny", "--quiet"], store, "http://127.0.0.1:9")
+    assert res.returncode == 0, res.stderr  # no network needed once installed
+    assert (
+        wer("Remember to water the plants on Sunday.", (tmp_path / "plants.txt").read_text()) <= 0.2
+    )
+
+
+def test_cancel_leaves_no_half_installed_model_and_resumes(hub, tmp_path: Path) -> None:  # noqa: F811
+    store = tmp_path / "store"
+    cancel = threading.Event()
+
+    def progress(stage: str, done: float, total: float) -> None:
+        if stage == "download" and 0 < done < total:
+            cancel.set()
+
+    with pytest.raises(DownloadCancelled):
+        install_model(REPO, "fp32", root=store, endpoint=hub.url, progress=progress, cancel=cancel)
+    assert list_models(store) == []
+    path = install_model(REPO, "fp32", root=store, endpoint=hub.url)
+    assert [m.path for m in list_models(store)] == [path]
+
+
+def test_offline_says_what_to_do(hub, tmp_path: Path) -> None:  # noqa: F811
+    hub.refuse_connections()
+    res = cli(["models", "download", REPO], tmp_path / "store", hub.url)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "install-starter" in res.stderr
