@@ -121,7 +121,8 @@ def test_transcribe_many_files_one_bad(store: Path, tmp_path: Path) -> None:
 def test_no_model_installed_says_how_to_get_one(tmp_path: Path) -> None:
     wav = espeak("Hello.", tmp_path / "hello.wav")
     res = run(["transcribe", str(wav)], tmp_path / "empty-store", tmp_path)
-    assert res.returncode == 2 and "deskscribe models build" in res.stderr
+    assert res.returncode == 2 and "deskscribe models download" in res.stderr
+    assert "install-starter" in res.stderr
 
 
 def test_import_copies_a_built_model(store: Path, tmp_path: Path) -> None:

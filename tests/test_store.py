@@ -134,3 +134,31 @@ def test_available_lists_the_catalog(tmp_path: Path) -> None:
     res = cli(["models", "list", "--available"], tmp_path)
     assert res.returncode == 0
     assert "large-v3-turbo" in res.stdout and "faster-whisper-base" in res.stdout
+
+
+def test_models_dir_setting_moves_the_store(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DESKSCRIBE_MODELS_DIR"}
+    env["DESKSCRIBE_SETTINGS"] = str(tmp_path / "cfg" / "settings.json")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "deskscribe", *args], capture_output=True, text=True, env=env
+        )
+
+    default = run("models", "path").stdout.strip()
+    assert run("config", "models_dir", str(tmp_path / "elsewhere")).returncode == 0
+    assert run("models", "path").stdout.strip() == str(tmp_path / "elsewhere")
+    assert "models_dir = " in run("config").stdout
+    env["DESKSCRIBE_MODELS_DIR"] = str(tmp_path / "env-wins")
+    assert run("models", "path").stdout.strip() == str(tmp_path / "env-wins")
+    del env["DESKSCRIBE_MODELS_DIR"]
+    assert run("config", "models_dir", "").returncode == 0
+    assert run("models", "path").stdout.strip() == default
+    assert run("config", "colour", "red").returncode == 2
+
+
+def test_reveal_command_points_at_the_model(tmp_path: Path) -> None:
+    from deskscribe.models.store import reveal_command
+
+    cmd = reveal_command(tmp_path)
+    assert str(tmp_path) in " ".join(cmd)

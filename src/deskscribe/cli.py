@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--timestamps", action="store_true", help="put [hh:mm:ss] on each TXT line")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
 
+    c = sub.add_parser("config", help="show or change settings")
+    c.add_argument("key", nargs="?", help="setting name (none: show all)")
+    c.add_argument("value", nargs="?", help="new value; '' removes the setting")
+
     m = sub.add_parser("models", help="build, import, list and locate models")
     msub = m.add_subparsers(dest="models_command", required=True)
     b = msub.add_parser(
@@ -110,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "transcribe":
             return _transcribe(args)
+        if args.command == "config":
+            return _config(args)
         return _models(args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -219,6 +225,24 @@ def _models(args: argparse.Namespace) -> int:
     except OSError as err:  # e.g. a full disk while building: nothing half-built is left
         _err(f"{err.strerror or err} ({err.filename or 'model store'}); nothing was installed")
         return EXIT_FAILED
+    return EXIT_OK
+
+
+def _config(args: argparse.Namespace) -> int:
+    from . import settings
+
+    if args.key is None:
+        current = settings.load()
+        for key, meaning in settings.KNOWN.items():
+            print(f"{key} = {current.get(key, '')}    # {meaning}")
+        return EXIT_OK
+    if args.key not in settings.KNOWN:
+        _err(f"unknown setting {args.key!r}; known: {', '.join(settings.KNOWN)}")
+        return EXIT_USAGE
+    if args.value is None:
+        print(settings.get(args.key, ""))
+        return EXIT_OK
+    settings.set_value(args.key, args.value or None)
     return EXIT_OK
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,12 +35,22 @@ class InstalledModel:
 
 
 def store_dir() -> Path:
-    override = os.environ.get(ENV_DIR)
-    return (
-        Path(override)
-        if override
-        else Path(user_data_dir("DeskScribe", appauthor=False)) / "models"
-    )
+    """``$DESKSCRIBE_MODELS_DIR``, else the ``models_dir`` setting, else the user data folder."""
+    from .. import settings
+
+    override = os.environ.get(ENV_DIR) or settings.get("models_dir")
+    if override:
+        return Path(override).expanduser()
+    return Path(user_data_dir("DeskScribe", appauthor=False)) / "models"
+
+
+def reveal_command(path: Path) -> list[str]:
+    """The command that shows ``path`` in the system's file manager."""
+    if sys.platform == "win32":
+        return ["explorer", f"/select,{path}"]
+    if sys.platform == "darwin":
+        return ["open", "-R", str(path)]
+    return ["xdg-open", str(path if path.is_dir() else path.parent)]
 
 
 def list_models(root: Path | None = None) -> list[InstalledModel]:
@@ -81,13 +92,15 @@ def resolve_model(name_or_path: str | None, root: Path | None = None) -> Path:
         installed = ", ".join(m.name for m in list_models(root)) or "none"
         raise ModelNotInstalledError(
             f"model {name_or_path!r} is not installed (installed: {installed}); "
-            "build it with `deskscribe models build <checkpoint folder> --name NAME`"
+            "get it with `deskscribe models download NAME` (needs the internet once), "
+            "`deskscribe models install-starter` (offline) or `deskscribe models build <folder>`"
         )
     models = list_models(root)
     if not models:
         raise ModelNotInstalledError(
-            f"no model is installed in {root or store_dir()}; build one with "
-            "`deskscribe models build <Whisper checkpoint folder>`"
+            f"no model is installed in {root or store_dir()}; get one with "
+            "`deskscribe models download` (needs the internet once), "
+            "`deskscribe models install-starter` (offline) or `deskscribe models build <folder>`"
         )
     return max(models, key=lambda m: m.built_at).path
 

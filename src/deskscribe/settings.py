@@ -1,0 +1,66 @@
+"""User settings: a small JSON file in the user config folder (platformdirs).
+
+Written atomically, so a crash never leaves a half-written file; an unreadable file is set
+aside (``settings.json.broken``) rather than silently overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from platformdirs import user_config_dir
+
+ENV_FILE = "DESKSCRIBE_SETTINGS"
+KNOWN = {"models_dir": "folder where models are stored (default: the user data folder)"}
+
+
+def settings_path() -> Path:
+    override = os.environ.get(ENV_FILE)
+    return (
+        Path(override)
+        if override
+        else Path(user_config_dir("DeskScribe", appauthor=False)) / "settings.json"
+    )
+
+
+def load() -> dict[str, Any]:
+    path = settings_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, json.JSONDecodeError):
+        os.replace(path, path.with_name(path.name + ".broken"))
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def get(key: str, default: Any = None) -> Any:
+    return load().get(key, default)
+
+
+def set_value(key: str, value: Any) -> None:
+    """Set (or, with ``None``, remove) one setting."""
+    if key not in KNOWN:
+        raise KeyError(f"unknown setting {key!r}; known: {', '.join(KNOWN)}")
+    data = load()
+    if value is None:
+        data.pop(key, None)
+    else:
+        data[key] = value
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
