@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from conftest import espeak, wer
 from deskscribe.models.download import DownloadCancelled
 from deskscribe.models.install import install_model
 from deskscribe.models.store import list_models
-from test_download import REPO, hf_tiny_fp16, hub, repo  # noqa: F401 (fixtures)
+from test_download import REPO, hf_tiny_fp16, hub, range_starts, repo  # noqa: F401 (fixtures)
 
 
 def cli(args: list[str], store: Path, endpoint: str) -> subprocess.CompletedProcess:
@@ -63,3 +64,42 @@ def test_offline_says_what_to_do(hub, tmp_path: Path) -> None:  # noqa: F811
     res = cli(["models", "download", REPO], tmp_path / "store", hub.url)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "install-starter" in res.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 300 MB file system (tmpfs), so that the disk can really fill up."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=300m", "tmpfs", str(mount)], capture_output=True
+    )
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.decode().strip()}); needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("when", ["download", "build"])
+def test_disk_filling_up_is_reported_and_resumable(hub, small_disk: Path, when: str) -> None:  # noqa: F811
+    from deskscribe.models.download import DiskFullError
+
+    store = small_disk / "store"
+    filler = small_disk / "someone-elses-big-file"
+
+    def fill_the_disk(stage: str, done: float, total: float) -> None:
+        # After the free-space check passed, another program takes all the space that is left.
+        started = 15e6 < done < total if when == "download" else stage.startswith("build")
+        if stage.startswith(when) and started and not filler.exists():
+            with open(filler, "wb") as fh, contextlib.suppress(OSError):
+                while True:
+                    fh.write(b"\0" * (1 << 20))
+
+    with pytest.raises(DiskFullError, match="free some"):
+        install_model(REPO, "int8", root=store, endpoint=hub.url, progress=fill_the_disk)
+    assert list_models(store) == []
+    filler.unlink()
+    path = install_model(REPO, "int8", root=store, endpoint=hub.url)
+    assert [m.path for m in list_models(store)] == [path]
+    if when == "download":  # the second run continued the file instead of starting over
+        assert range_starts(hub) and range_starts(hub)[-1] > 0

@@ -15,6 +15,7 @@ downloads into the same folder across threads and processes.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -65,6 +66,10 @@ class NotEnoughDiskError(DownloadError):
         super().__init__(message)
         self.needed = needed
         self.free = free
+
+
+class DiskFullError(DownloadError):
+    """The disk ran out of space during the download (partial files are kept for resuming)."""
 
 
 class ChecksumError(DownloadError):
@@ -205,6 +210,14 @@ def _hub_errors(repo_id: str, revision: str) -> Iterator[None]:
         raise DownloadError(f"the hub refused the download of {repo_id}: {e}") from e
     except httpx2.TransportError as e:
         raise _offline(repo_id, f"the hub cannot be reached ({e})") from e
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(
+                f"The disk filled up while downloading {repo_id} ({e.filename or 'models folder'}). "
+                "What was downloaded is kept: free some space and run the same command again to "
+                "resume, or choose a models folder on another drive (deskscribe config models_dir)."
+            ) from e
+        raise
 
 
 def _resolve(

@@ -7,6 +7,7 @@ once it is complete; an interrupted download resumes on the next try.
 
 from __future__ import annotations
 
+import errno
 import shutil
 import threading
 from collections.abc import Callable
@@ -71,15 +72,25 @@ def install_model(
         from .download import DownloadCancelled
 
         raise DownloadCancelled(f"download of {repo_id} cancelled")
-    path = build_model(
-        cache,
-        dest,
-        variant,
-        name=dest.name,
-        overwrite=overwrite,
-        progress=lambda stage, f: report(f"build: {stage}", f, 1.0),
-        source_label=f"hf:{repo_id}",
-    )
+    try:
+        path = build_model(
+            cache,
+            dest,
+            variant,
+            name=dest.name,
+            overwrite=overwrite,
+            progress=lambda stage, f: report(f"build: {stage}", f, 1.0),
+            source_label=f"hf:{repo_id}",
+        )
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        from .download import DiskFullError
+
+        raise DiskFullError(
+            f"The disk filled up while building {dest.name}. The download is kept: free some "
+            "space and run the same command again, it will only build."
+        ) from err
     if not keep_download:
         shutil.rmtree(cache, ignore_errors=True)
     return path
