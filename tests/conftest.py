@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,18 @@ def wer(reference: str, hypothesis: str) -> float:
     import jiwer
 
     return jiwer.wer(normalize(reference), normalize(hypothesis) or "<empty>")
+
+
+def run_cli(
+    args: list[str], store: Path, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess:
+    """Run ``deskscribe ARGS`` as a user would (a real process) with its model store in ``store``."""
+    environ = {**os.environ, "DESKSCRIBE_MODELS_DIR": str(store), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "deskscribe", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=cwd,
+        timeout=600,
+    )

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import espeak, wer
+from conftest import espeak, run_cli, wer
 
 
 def run(args: list[str], store: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DESKSCRIBE_MODELS_DIR": str(store)}
-    return subprocess.run(
-        [sys.executable, "-m", "deskscribe", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=600,
-    )
+    return run_cli(args, store, cwd)
 
 
 @pytest.fixture(scope="module")

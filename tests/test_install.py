@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from conftest import espeak, wer
+from conftest import espeak, run_cli, wer
 from deskscribe.models.download import DownloadCancelled
 from deskscribe.models.install import install_model
 from deskscribe.models.store import list_models
@@ -19,14 +17,7 @@ from test_download import REPO, hf_tiny_fp16, hub, range_starts, repo  # noqa: F
 
 
 def cli(args: list[str], store: Path, endpoint: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DESKSCRIBE_MODELS_DIR": str(store), "HF_ENDPOINT": endpoint}
-    return subprocess.run(
-        [sys.executable, "-m", "deskscribe", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return run_cli(args, store, HF_ENDPOINT=endpoint)
 
 
 def test_download_build_and_transcribe(hub, tmp_path: Path) -> None:  # noqa: F811

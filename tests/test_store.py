@@ -9,20 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from deskscribe.models.catalog import CATALOG, find_entry, wanted_files
 from deskscribe.models.hardware import Hardware, recommend
 from deskscribe.whisper.runtime import CPU, CUDA, DML
 
 
 def cli(args: list[str], store: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DESKSCRIBE_MODELS_DIR": str(store)}
-    return subprocess.run(
-        [sys.executable, "-m", "deskscribe", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    return run_cli(args, store)
 
 
 def test_catalog_has_turbo_first_and_unique_names() -> None:

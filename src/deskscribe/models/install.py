@@ -46,14 +46,7 @@ def install_model(
     dest = root / (valid_name(name) if name else model_name(source, variant))
     local = Path(source).expanduser()
     if local.is_dir():
-        return build_model(
-            local,
-            dest,
-            variant,
-            name=dest.name,
-            overwrite=overwrite,
-            progress=lambda stage, f: report(f"build: {stage}", f, 1.0),
-        )
+        return _build(local, dest, variant, overwrite, report, None)
     entry = find_entry(source)
     repo_id = entry.repo_id if entry else source
     files = wanted_files([f.path for f in list_repo_files(repo_id, endpoint=endpoint)])
@@ -72,15 +65,24 @@ def install_model(
         from .download import DownloadCancelled
 
         raise DownloadCancelled(f"download of {repo_id} cancelled")
+    path = _build(cache, dest, variant, overwrite, report, f"hf:{repo_id}")
+    if not keep_download:
+        shutil.rmtree(cache, ignore_errors=True)
+    return path
+
+
+def _build(
+    checkpoint: Path, dest: Path, variant: str, overwrite: bool, report: Progress, label: str | None
+) -> Path:
     try:
-        path = build_model(
-            cache,
+        return build_model(
+            checkpoint,
             dest,
             variant,
             name=dest.name,
             overwrite=overwrite,
             progress=lambda stage, f: report(f"build: {stage}", f, 1.0),
-            source_label=f"hf:{repo_id}",
+            source_label=label,
         )
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -88,9 +90,6 @@ def install_model(
         from .download import DiskFullError
 
         raise DiskFullError(
-            f"The disk filled up while building {dest.name}. The download is kept: free some "
-            "space and run the same command again, it will only build."
+            f"The disk filled up while building {dest.name}. Anything downloaded is kept: free "
+            "some space and run the same command again, it will only build."
         ) from err
-    if not keep_download:
-        shutil.rmtree(cache, ignore_errors=True)
-    return path
