@@ -28,7 +28,7 @@ from .onnx_writer import GraphWriter
 from .weights import Checkpoint, QuantizedTensor
 
 VARIANTS = ("fp32", "fp16", "int8")
-GRAPH_VERSION = 2  # bump when the graphs' inputs or outputs change: built models must be rebuilt
+GRAPH_VERSION = 3  # bump when the graphs change: built models must be rebuilt
 
 
 @dataclass
@@ -230,9 +230,10 @@ def build_decoder(
         start = g.op("Squeeze", past_len, squeeze0)
         stop = g.op("Squeeze", total, squeeze0)
         positions = g.op("Range", start, stop, one)
+        embed = b.float_weight("dec.embed")
         x = g.op(
             "Add",
-            g.op("Gather", b.float_weight("dec.embed"), tokens, axis=0),
+            g.op("Gather", embed, tokens, axis=0),
             g.op("Gather", b.float_weight("dec.pos"), positions, axis=0),
         )
         # Causal mask [T, P+T]: query i (absolute position P+i) may not see key j > P+i.
@@ -285,7 +286,8 @@ def build_decoder(
                 domain="com.microsoft",
             )
         else:
-            logits = g.op("MatMul", last, b.float_weight("dec.embed", transpose=True))
+            # The same embedding matrix, read transposed: no second copy on disk or on the GPU.
+            logits = g.op("Gemm", last, embed, transB=1)
         g.identity(g.op("Cast", logits, to=TensorProto.FLOAT), "logits")
         g.identity(g.op("Concat", *present_k, axis=0), "present_k")
         g.identity(g.op("Concat", *present_v, axis=0), "present_v")
