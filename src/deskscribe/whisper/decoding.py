@@ -146,15 +146,20 @@ def _looping(seq: list[int], max_period: int = 24) -> bool:
 # --------------------------------------------------------------------------- decoding
 
 
+def check_task(tokenizer: WhisperTokenizer, task: str) -> None:
+    """Refuse translation with an English-only model, which has no translate token to use."""
+    if task == "translate" and not tokenizer.multilingual:
+        raise DecodingError(
+            "this model is English-only and cannot translate; pick a multilingual model"
+        )
+
+
 class WindowDecoder:
     def __init__(self, model: WhisperModel, options: DecodingOptions) -> None:
         self.model = model
         self.tk = model.tokenizer
         self.opt = options
-        if options.task == "translate" and not self.tk.multilingual:
-            raise DecodingError(
-                "this model is English-only and cannot translate; pick a multilingual model"
-            )
+        check_task(self.tk, options.task)
         self.n_ctx = model.dims.n_text_ctx
         self.sample_len = options.sample_len or self.n_ctx // 2
         self.rng = np.random.default_rng(options.seed)

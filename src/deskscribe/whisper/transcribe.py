@@ -20,7 +20,13 @@ import numpy as np
 from ..audio.decode import decode_blocks
 from ..transcript import Segment, Transcript, Word
 from .alignment import find_alignment
-from .decoding import DecodingError, DecodingOptions, DecodingResult, WindowDecoder
+from .decoding import (
+    DecodingError,
+    DecodingOptions,
+    DecodingResult,
+    WindowDecoder,
+    check_task,
+)
 from .features import FRAME_SECONDS, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel
 from .model import AudioFeatures, WhisperModel
 
@@ -106,16 +112,13 @@ def transcribe_blocks(
     """Yield segments as they are decoded from a stream of 16 kHz mono float32 blocks."""
     opt = options or TranscribeOptions()
     tk = model.tokenizer
-    if opt.task == "translate":
-        if not tk.multilingual:
-            raise DecodingError(
-                "this model is English-only and cannot translate; pick a multilingual model"
-            )
-        if model.dims.n_text_layer <= 4 and model.dims.n_audio_layer >= 32:
-            raise DecodingError(
-                "large-v3-turbo was not trained to translate and gives poor results; "
-                "use large-v3 or medium for translation"
-            )
+    check_task(tk, opt.task)
+    turbo = model.dims.n_text_layer <= 4 and model.dims.n_audio_layer >= 32
+    if opt.task == "translate" and turbo:
+        raise DecodingError(
+            "large-v3-turbo was not trained to translate and gives poor results; "
+            "use large-v3 or medium for translation"
+        )
     if opt.language and not tk.multilingual and opt.language != "en":
         raise DecodingError(
             f"this model is English-only; it cannot transcribe {opt.language!r}. "
