@@ -1,0 +1,307 @@
+"""Live transcription policy: VAD-gated growing buffer, LocalAgreement-2 commits.
+
+Audio arrives in small blocks. Silero VAD decides when someone is speaking; only then does a
+buffer grow. Every ``step_seconds`` of new speech the whole buffer is decoded again (with word
+timestamps). A word is *committed* once two consecutive decodes agree on it (LocalAgreement-2,
+as in whisper_streaming by Macháček et al.); the rest of the newest decode is *tentative*. When
+the speaker pauses (VAD end of utterance) the utterance is decoded a last time and everything is
+committed, and the buffer starts afresh. A buffer that grows past ``max_buffer_seconds`` (a long
+monologue) is cut after its last committed sentence. The committed text is the prompt for the
+next decode, so the model keeps the style and names it has seen. ``finish()`` commits whatever
+is left: nothing spoken before Stop is dropped.
+
+Committed words are grouped into segments (a sentence, an utterance, at most ~15 s, never two
+speakers in one). The caller can label words with a speaker before grouping (``label_words``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..audio.vad import SAMPLE_RATE, StreamingVAD, VadOptions
+from ..transcript import Segment, Word
+from .model import WhisperModel
+from .transcribe import TranscribeOptions, TranscriptionInfo, transcribe_blocks
+
+
+@dataclass
+class StreamingOptions:
+    language: str | None = None  # None: detected on the first utterance, then kept
+    task: str = "transcribe"
+    beam_size: int | None = None  # greedy by default: a decode every step must stay cheap
+    step_seconds: float = 0.6  # decode again after this much new audio
+    end_of_utterance_ms: int = 600  # a pause this long ends an utterance (commits it)
+    speech_pad_ms: int = 250  # audio kept before speech starts and after it ends
+    max_buffer_seconds: float = 15.0  # cut a long buffer after its last committed sentence
+    hard_buffer_seconds: float = 25.0  # ... and after its last committed word past this
+    prompt_chars: int = 200  # committed text given to the model as the prompt
+    vad_threshold: float = 0.5
+    segment_max_seconds: float = 15.0
+
+
+@dataclass
+class StreamUpdate:
+    """What one call changed: segments (new or grown, by id) and the current tentative words."""
+
+    segments: list[Segment] = field(default_factory=list)
+    tentative: list[Word] = field(default_factory=list)
+    decode_seconds: float = 0.0  # time spent decoding in this call
+    audio_end: float = 0.0  # stream time (s) the newest decode reached
+    open_id: int | None = None  # id of the segment still growing, if any
+
+    @property
+    def tentative_text(self) -> str:
+        return "".join(w.text for w in self.tentative).strip()
+
+
+def _key(text: str) -> str:
+    """Word identity for agreement: case and punctuation do not count."""
+    return re.sub(r"[^\w']+", "", text.lower())
+
+
+class LocalAgreement:
+    """LocalAgreement-2: commit the longest prefix two consecutive hypotheses share."""
+
+    def __init__(self) -> None:
+        self.previous: list[Word] = []
+        self.last_committed: list[Word] = []
+
+    def _fresh(self, words: list[Word]) -> list[Word]:
+        """Drop words of a new hypothesis that were already committed."""
+        if not self.last_committed:
+            return words
+        end = self.last_committed[-1].end
+        words = [w for w in words if w.start > end - 0.1]
+        # A word straddling the cut may come back: drop an n-gram repeat of the committed tail.
+        if words and abs(words[0].start - end) < 1.0:
+            tail = [_key(w.text) for w in self.last_committed[-5:]]
+            for n in range(min(len(tail), len(words)), 0, -1):
+                if tail[-n:] == [_key(w.text) for w in words[:n]]:
+                    return words[n:]
+        return words
+
+    def insert(self, hypothesis: list[Word]) -> list[Word]:
+        """Take a new hypothesis; return the words it commits."""
+        new = self._fresh(hypothesis)
+        previous = self._fresh(self.previous)
+        committed: list[Word] = []
+        while new and previous and _key(new[0].text) == _key(previous[0].text):
+            committed.append(new.pop(0))
+            previous.pop(0)
+        self.previous = new
+        self._remember(committed)
+        return committed
+
+    def commit_all(self, hypothesis: list[Word]) -> list[Word]:
+        """End of utterance: everything new in the final hypothesis is committed."""
+        committed = self._fresh(hypothesis)
+        self.previous = []
+        self._remember(committed)
+        return committed
+
+    def _remember(self, committed: list[Word]) -> None:
+        if committed:
+            self.last_committed = (self.last_committed + committed)[-5:]
+
+    @property
+    def tentative(self) -> list[Word]:
+        return list(self.previous)
+
+
+class OnlineTranscriber:
+    """Feed 16 kHz mono audio with ``add_audio``; call ``process`` to decode and commit."""
+
+    def __init__(
+        self,
+        model: WhisperModel,
+        options: StreamingOptions | None = None,
+        *,
+        label_words: Callable[[list[Word]], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.options = opt = options or StreamingOptions()
+        self.label_words = label_words
+        self.language = opt.language
+        self.vad = StreamingVAD(
+            VadOptions(threshold=opt.vad_threshold, min_silence_ms=opt.end_of_utterance_ms)
+        )
+        self._pad = opt.speech_pad_ms * SAMPLE_RATE // 1000
+        self._audio = np.zeros(0, dtype=np.float32)
+        self._start = 0  # stream sample of _audio[0]
+        self.total = 0  # stream samples received
+        self._decoded_to = 0  # stream sample the last decode reached
+        self._ends: list[int] = []  # utterance ends not yet committed
+        self._agreement = LocalAgreement()
+        self._last_decode = (-1, -1)  # (start, end) samples of the newest decode
+        self._last_words: list[Word] = []  # ... and the words it gave
+        self.segments: list[Segment] = []
+        self._open: Segment | None = None  # the segment committed words are added to
+        self._history: list[Word] = []  # recent committed words, for the prompt
+
+    # ------------------------------------------------------------------ input
+
+    def add_audio(self, samples: np.ndarray) -> None:
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        self._audio = np.concatenate([self._audio, samples])
+        self.total += samples.shape[0]
+        for kind, at in self.vad.feed(samples):
+            if kind == "start" and not self._ends:
+                self._cut(max(self._start, at - self._pad))
+            elif kind == "end":
+                self._ends.append(min(at + self._pad, self.total))
+        if not self.vad.speaking and not self._ends:
+            self._cut(max(self._start, self.total - self._pad))
+
+    @property
+    def behind_seconds(self) -> float:
+        """Speech received but not yet decoded, in seconds (0 while nobody speaks)."""
+        if not self.vad.speaking and not self._ends:
+            return 0.0
+        return max(0, self.total - max(self._decoded_to, self._start)) / SAMPLE_RATE
+
+    # ------------------------------------------------------------------ decoding
+
+    def process(self) -> StreamUpdate:
+        """Commit finished utterances; decode the live one if enough new audio came in."""
+        update = StreamUpdate()
+        t0 = time.perf_counter()
+        while self._ends:
+            end = self._ends.pop(0)
+            if self._last_decode == (self._start, self._decoded_to) and self._decoded_to >= end:
+                # The live decode already covered the whole utterance: no need to decode again.
+                words = [w for w in self._last_words if w.start < end / SAMPLE_RATE]
+            else:
+                words = self._decode(self._start, end)
+            self._commit(self._agreement.commit_all(words), update, utterance_end=True)
+            self._cut(end)
+        step = int(self.options.step_seconds * SAMPLE_RATE)
+        if self.vad.speaking and self.total - max(self._decoded_to, self._start) >= step:
+            words = self._decode(self._start, self.total)
+            self._commit(self._agreement.insert(words), update, utterance_end=False)
+            self._trim_long_buffer()
+        update.tentative = self._agreement.tentative
+        update.decode_seconds = time.perf_counter() - t0
+        update.audio_end = self._decoded_to / SAMPLE_RATE
+        update.open_id = self.open_segment_id
+        return update
+
+    def finish(self) -> StreamUpdate:
+        """Stop: decode and commit everything still buffered, speech or not yet judged."""
+        if self.vad.speaking:
+            self._ends.append(self.total)
+            self.vad.speaking = False
+        update = self.process()
+        if self._open is not None:
+            update.segments.append(self._close())
+        update.tentative = []
+        update.open_id = None
+        return update
+
+    def _decode(self, start: int, end: int) -> list[Word]:
+        audio = self._audio[start - self._start : end - self._start]
+        self._decoded_to = end
+        self._last_decode = (start, end)
+        self._last_words = []
+        if audio.shape[0] < SAMPLE_RATE // 10:
+            return []
+        info = TranscriptionInfo(language=None)
+        options = TranscribeOptions(
+            language=self.language,
+            task=self.options.task,
+            beam_size=self.options.beam_size,
+            word_timestamps=True,
+            initial_prompt=self._prompt_before(start) or None,
+        )
+        offset = start / SAMPLE_RATE
+        words: list[Word] = []
+        for seg in transcribe_blocks(self.model, [audio], options, info=info):
+            for w in seg.words:
+                words.append(
+                    replace(w, start=round(w.start + offset, 3), end=round(w.end + offset, 3))
+                )
+        self._last_words = words
+        if self.language is None and words and info.language_probability > 0.5:
+            self.language = info.language
+        return words
+
+    def _prompt_before(self, start: int) -> str:
+        """Committed text that ended before the buffer: text inside the buffer must not be in
+        the prompt, or the model skips those words instead of transcribing them again."""
+        start_s = start / SAMPLE_RATE
+        text = "".join(w.text for w in self._history if w.end <= start_s + 0.05)
+        return text[-self.options.prompt_chars :].strip()
+
+    def _cut(self, sample: int) -> None:
+        """Forget audio before ``sample`` (stream position)."""
+        if sample > self._start:
+            self._audio = self._audio[sample - self._start :].copy()
+            self._start = sample
+
+    def _trim_long_buffer(self) -> None:
+        """A long monologue: restart the buffer after its last committed sentence (or word)."""
+        opt = self.options
+        length = (self.total - self._start) / SAMPLE_RATE
+        if length < opt.max_buffer_seconds or self._open is None:
+            return
+        committed = [w for s in [*self.segments[-3:], self._open] for w in s.words]
+        start_s = self._start / SAMPLE_RATE
+        inside = [w for w in committed if w.end > start_s]
+        ends = [w for w in inside if w.text.rstrip().endswith((".", "?", "!"))]
+        if not ends and length >= opt.hard_buffer_seconds:
+            ends = inside
+        if ends:
+            self._cut(int(ends[-1].end * SAMPLE_RATE))
+
+    # ------------------------------------------------------------------ segments
+
+    def _commit(self, words: list[Word], update: StreamUpdate, *, utterance_end: bool) -> None:
+        if words and self.label_words is not None:
+            self.label_words(words)
+        for w in words:
+            seg = self._open
+            if seg is not None and (
+                w.speaker != seg.speaker
+                or w.start - seg.end > 1.0
+                or w.end - seg.start > self.options.segment_max_seconds
+            ):
+                update.segments.append(self._close())
+                seg = None
+            if seg is None:
+                seg = self._open = Segment(
+                    start=w.start, end=w.end, text="", speaker=w.speaker, id=len(self.segments)
+                )
+                self.segments.append(seg)
+            seg.words.append(w)
+            seg.end = max(seg.end, w.end)
+            seg.text = "".join(x.text for x in seg.words).strip()
+            if w.text.rstrip().endswith((".", "?", "!")) and len(seg.words) >= 3:
+                update.segments.append(self._close())
+        self._history = (self._history + words)[-60:]
+        if utterance_end and self._open is not None:
+            update.segments.append(self._close())
+        elif self._open is not None:
+            update.segments.append(replace(self._open, words=list(self._open.words)))
+        update.segments = _latest_by_id(update.segments)
+
+    def _close(self) -> Segment:
+        seg = self._open
+        assert seg is not None
+        self._open = None
+        return replace(seg, words=list(seg.words))
+
+    @property
+    def open_segment_id(self) -> int | None:
+        """The segment still growing (committed words may be added to it)."""
+        return None if self._open is None else self._open.id
+
+
+def _latest_by_id(segments: list[Segment]) -> list[Segment]:
+    latest: dict[int, Segment] = {}
+    for s in segments:
+        latest[s.id] = s
+    return sorted(latest.values(), key=lambda s: s.id)

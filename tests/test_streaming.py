@@ -1,0 +1,124 @@
+"""The live policy on real speech and the real tiny.en model, fed block by block as capture would.
+
+(The same policy through real capture devices is tested in test_live.py.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import espeak, load, wer
+from deskscribe.transcript import Word
+from deskscribe.whisper.streaming import LocalAgreement, OnlineTranscriber, StreamingOptions
+
+SR = 16000
+UTTERANCES = [
+    "Good morning everyone. Thank you for joining the weekly planning meeting.",
+    "First, the release is on track for Friday, and the installer builds are green.",
+    "Second, we still need someone to review the speaker labelling changes before Thursday.",
+]
+
+
+def feed(transcriber: OnlineTranscriber, audio: np.ndarray, block: float = 0.1) -> list:
+    """Feed ``audio`` in capture-sized blocks, calling ``process`` after each; all updates."""
+    n = int(block * SR)
+    updates = []
+    for i in range(0, audio.shape[0], n):
+        transcriber.add_audio(audio[i : i + n])
+        updates.append(transcriber.process())
+    return updates
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SR), dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def meeting(speech_dir) -> tuple[np.ndarray, str, list[float]]:
+    """Three utterances with pauses; also where each one starts (s)."""
+    parts, starts, at = [silence(0.5)], [], 0.5
+    for i, text in enumerate(UTTERANCES):
+        speech = load(espeak(text, speech_dir / f"live-utt{i}.wav"))
+        starts.append(at)
+        parts += [speech, silence(1.2)]
+        at += (speech.shape[0] + int(1.2 * SR)) / SR
+    return np.concatenate(parts), " ".join(UTTERANCES), starts
+
+
+def committed_text(transcriber: OnlineTranscriber) -> str:
+    return " ".join(s.text for s in transcriber.segments)
+
+
+def test_pauses_commit_utterances_and_text_matches(tiny_model, meeting):
+    audio, reference, starts = meeting
+    t = OnlineTranscriber(tiny_model)
+    updates = feed(t, audio)
+    # Each utterance was committed during the pause after it, before Stop.
+    assert wer(reference, committed_text(t)) < 0.2, committed_text(t)
+    assert t.open_segment_id is None
+    assert any(u.tentative for u in updates), "tentative text is shown while someone speaks"
+    seg_starts = [s.start for s in t.segments]
+    assert seg_starts == sorted(seg_starts)
+    # Segments sit where their speech is: each utterance's first words start on time.
+    for start, text in zip(starts, UTTERANCES, strict=True):
+        first = text.split()[0].strip(",.").lower()
+        seg = next(s for s in t.segments if s.text.lower().startswith(first))
+        assert abs(seg.start - start) < 0.6, (seg.start, start, seg.text)
+    assert t.finish().segments == []  # nothing left
+
+
+def test_stop_right_after_speech_commits_the_last_words(tiny_model, speech_dir):
+    audio = load(espeak(UTTERANCES[2], speech_dir / "live-utt2.wav"))
+    t = OnlineTranscriber(tiny_model)
+    feed(t, np.concatenate([silence(0.3), audio]))  # no pause at the end: Stop comes at once
+    assert "thursday" not in committed_text(t).lower()
+    final = t.finish()
+    text = committed_text(t)
+    assert "thursday" in text.lower(), text
+    assert final.segments and final.open_id is None
+    assert wer(UTTERANCES[2], text) < 0.25, text
+
+
+def test_silence_and_noise_give_no_text(tiny_model):
+    rng = np.random.default_rng(7)
+    noise = (rng.normal(0, 0.02, 6 * SR)).astype(np.float32)  # steady fan-like hiss
+    hum = (0.05 * np.sin(2 * np.pi * 50 * np.arange(4 * SR) / SR)).astype(np.float32)
+    t = OnlineTranscriber(tiny_model)
+    updates = feed(t, np.concatenate([silence(3), noise, hum, silence(2)]))
+    updates.append(t.finish())
+    assert t.segments == []
+    assert all(not u.tentative for u in updates)
+
+
+def test_long_monologue_is_trimmed_and_complete(tiny_model, speech_dir):
+    # ~25 s without a pause long enough to end the utterance: the buffer must be cut after
+    # committed sentences (max_buffer_seconds) and still lose no words.
+    text = " ".join(UTTERANCES + UTTERANCES[:1])
+    audio = load(espeak(text, speech_dir / "live-monologue.wav", speed=170))
+    t = OnlineTranscriber(tiny_model, StreamingOptions(max_buffer_seconds=8.0))
+    feed(t, audio)
+    t.finish()
+    assert audio.shape[0] / SR > 16
+    assert t._start > 8 * SR, "the buffer was trimmed"
+    assert wer(text, committed_text(t)) < 0.25, committed_text(t)
+
+
+def w(text: str, start: float) -> Word:
+    return Word(start=start, end=start + 0.3, text=text)
+
+
+def test_local_agreement_commits_the_shared_prefix_once():
+    la = LocalAgreement()
+    assert la.insert([w(" Hello", 0.0), w(" world", 0.4)]) == []
+    # Second pass agrees on "hello world" (case and punctuation do not count), adds more.
+    got = la.insert([w(" hello", 0.0), w(" world,", 0.4), w(" how", 0.8)])
+    assert [x.text for x in got] == [" hello", " world,"]
+    assert [x.text for x in la.tentative] == [" how"]
+    # A re-decode repeats committed words (slightly moved): they are not committed twice.
+    got = la.insert([w(" world", 0.45), w(" how", 0.8), w(" are", 1.2)])
+    assert [x.text for x in got] == [" how"]
+    assert [x.text for x in la.commit_all([w(" how", 0.8), w(" are", 1.2), w(" you", 1.5)])] == [
+        " are",
+        " you",
+    ]
