@@ -20,6 +20,8 @@ import pytest
 from deskscribe.audio.decode import decode_audio
 from deskscribe.models.build import BUILDER_VERSION, build_model
 
+pytest_plugins = ["pulse"]  # the `pulse` fixture: a private PulseAudio server for capture tests
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("DESKSCRIBE_TEST_CACHE", ROOT / ".test-cache"))
 

@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import __version__
+from . import __version__, cli_live
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -99,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     v = msub.add_parser("verify", help="check an installed model's files against their checksums")
     v.add_argument("name")
     msub.add_parser("recommend", help="the model and variant that suit this computer, and why")
+    cli_live.add_parsers(sub)
     ls = msub.add_parser("list", help="list installed models")
     ls.add_argument("--available", action="store_true", help="list the catalog instead")
     pth = msub.add_parser("path", help="print the store folder, or a model's folder")
@@ -116,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             return _transcribe(args)
         if args.command == "config":
             return _config(args)
+        if args.command == "live":
+            return cli_live.live(args)
+        if args.command == "sessions":
+            return cli_live.sessions(args)
         return _models(args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

@@ -1,0 +1,270 @@
+"""``deskscribe live`` and ``deskscribe sessions``: live transcription from the terminal.
+
+``live`` prints each committed line as it is finished (and, on a terminal, the words still being
+decided, dimmed, on the line below). Ctrl-C stops cleanly: the last words are committed and
+the session folder holds the audio of every track and the transcript. ``sessions`` lists past
+sessions and recovers one that was interrupted (crash, power cut, kill -9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import signal
+import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    lv = sub.add_parser("live", help="transcribe the microphone, system audio, or both, live")
+    lv.add_argument(
+        "--source",
+        choices=["mic", "system", "both"],
+        default="mic",
+        help="mic, system (what this computer plays) or both (a meeting: you and the others)",
+    )
+    lv.add_argument(
+        "--device",
+        help="input device for --source mic/system: part of its name, or its number in --list-devices",
+    )
+    lv.add_argument("--mic", help="microphone for --source both (default: the system default)")
+    lv.add_argument("--system", help="system-audio source for --source both")
+    lv.add_argument("--list-devices", action="store_true", help="list input devices and exit")
+    lv.add_argument("--model", help="model name in the store or a model folder")
+    lv.add_argument("--language", help="language code (default: detect on the first sentence)")
+    lv.add_argument(
+        "--compute",
+        choices=["auto", "cpu", "cuda", "directml", "coreml"],
+        default="auto",
+        help="where the model runs",
+    )
+    lv.add_argument("--threads", type=int, default=0)
+    lv.add_argument("--duration", type=float, help="stop by itself after this many seconds")
+    lv.add_argument("--title", help="a name for the session")
+    lv.add_argument("--format", help="also export the transcript at the end: txt,srt,...")
+    lv.add_argument("--output-dir", type=Path, help="where --format files go (default: cwd)")
+
+    ss = sub.add_parser("sessions", help="list live sessions, recover an interrupted one")
+    ssub = ss.add_subparsers(dest="sessions_command", required=True)
+    ssub.add_parser("list", help="all sessions, newest first")
+    rc = ssub.add_parser(
+        "recover", help="recover a session's audio and text (after a crash or kill)"
+    )
+    rc.add_argument("session", help="session id (see `sessions list`) or 'latest'")
+    rc.add_argument(
+        "--transcribe", action="store_true", help="transcribe the recovered audio again, fully"
+    )
+    rc.add_argument("--model", help="model for --transcribe")
+    rc.add_argument("--format", default="txt", help="formats to export (default: txt)")
+    rc.add_argument("--output-dir", type=Path, help="default: the session folder")
+
+
+def _err(message: str) -> None:
+    print(f"deskscribe: {message}", file=sys.stderr)
+
+
+def _stamp(seconds: float) -> str:
+    s = int(seconds)
+    return (
+        f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
+        if s >= 3600
+        else f"{s // 60:02d}:{s % 60:02d}"
+    )
+
+
+def _line(seg) -> str:
+    who = f"{seg.speaker}: " if seg.speaker else ""
+    return f"[{_stamp(seg.start)}] {who}{seg.text}"
+
+
+def _device(kind: str, wanted: str | None):
+    from .audio.devices import default_device, find_device
+
+    return find_device(kind, wanted) if wanted else default_device(kind)
+
+
+def live(args: argparse.Namespace) -> int:
+    from .audio.devices import CaptureDeviceError, list_devices
+    from .audio.recorder import find_interrupted
+    from .live import LiveOptions, LiveSession
+    from .models.store import ModelNotInstalledError, resolve_model
+    from .whisper.model import ModelNotBuiltError, WhisperModel
+    from .whisper.runtime import DeviceError
+    from .whisper.streaming import StreamingOptions
+
+    try:
+        if args.list_devices:
+            for kind in ("mic", "system"):
+                print(f"{kind}:")
+                for number, d in enumerate(list_devices(kind)):
+                    print(f"  [{number}] {d.name}")
+            return EXIT_OK
+        source = args.source
+        mic = system = None
+        if source in ("mic", "both"):
+            mic = _device("mic", args.mic or (args.device if source == "mic" else None))
+        if source in ("system", "both"):
+            system = _device("system", args.system or (args.device if source == "system" else None))
+    except CaptureDeviceError as err:
+        _err(str(err))
+        return EXIT_USAGE
+    try:
+        model = WhisperModel(resolve_model(args.model), device=args.compute, threads=args.threads)
+    except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
+        _err(str(err))
+        return EXIT_USAGE
+    for info in find_interrupted():
+        _err(
+            f"an interrupted session from {info.created:%Y-%m-%d %H:%M} was found; "
+            f"recover it with: deskscribe sessions recover {info.id}"
+        )
+    options = LiveOptions(
+        source=source,
+        mic=mic,
+        system=system,
+        streaming=StreamingOptions(language=args.language),
+        title=args.title,
+    )
+    session = LiveSession(model, options)
+    tty = sys.stdout.isatty()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if session.state == "stopping":
+            raise KeyboardInterrupt  # a second Ctrl-C: leave now (the audio is on disk)
+        print("\nstopping…", file=sys.stderr)
+        session.stop()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        return _run(session, args, tty)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run(session, args: argparse.Namespace, tty: bool) -> int:
+    from .live import Problem, Started, Stopped, TextUpdate
+
+    session.start()
+    began = time.monotonic()
+    stopped: Stopped | None = None
+    failed = False
+    while stopped is None:
+        try:
+            event = session.events.get(timeout=0.2)
+        except queue.Empty:
+            event = None
+        if args.duration and time.monotonic() - began >= args.duration:
+            session.stop()
+        if isinstance(event, Started):
+            print(
+                f"recording {', '.join(event.tracks)} with {event.model} on {event.device}; "
+                "Ctrl-C stops",
+                file=sys.stderr,
+            )
+        elif isinstance(event, TextUpdate):
+            _show(event, tty)
+        elif isinstance(event, Problem):
+            failed = failed or event.fatal
+            _err(event.message)
+        elif isinstance(event, Stopped):
+            stopped = event
+    if tty:
+        print("\r\033[K", end="")
+    if stopped.folder is not None:
+        print(f"session saved in {stopped.folder}", file=sys.stderr)
+    if args.format and stopped.transcript.segments:
+        _export(stopped.transcript, args.format, args.output_dir or Path.cwd(), "live")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _show(event, tty: bool) -> None:
+    for seg in event.segments:
+        if seg.id != event.open_id:
+            if tty:
+                print("\r\033[K", end="")
+            print(_line(seg), flush=True)
+    if tty:
+        growing = next((s.text for s in event.segments if s.id == event.open_id), "")
+        tentative = "".join(w.text for w in event.tentative).strip()
+        tail = f"{growing} \033[2m{tentative}\033[0m" if tentative else growing
+        print(f"\r\033[K… {tail[-150:]}", end="", flush=True)
+
+
+def _export(transcript, formats: str, out_dir: Path, stem: str) -> list[Path]:
+    from .transcript.export import FORMATS, export
+
+    written = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for fmt in [f.strip() for f in formats.split(",") if f.strip()]:
+        if fmt not in FORMATS:
+            _err(f"unknown format {fmt}; use any of: {','.join(FORMATS)}")
+            continue
+        target = out_dir / f"{stem}.{fmt}"
+        export(transcript, target, fmt, overwrite=True)
+        print(target, file=sys.stderr)
+        written.append(target)
+    return written
+
+
+def sessions(args: argparse.Namespace) -> int:
+    from .audio.recorder import RecorderError, list_sessions
+
+    if args.sessions_command == "list":
+        infos = list_sessions()
+        if not infos:
+            print("no sessions yet", file=sys.stderr)
+        for i in infos:
+            mark = "  INTERRUPTED: deskscribe sessions recover " + i.id if i.interrupted else ""
+            title = f"  {i.title}" if i.title else ""
+            print(
+                f"{i.id}  {i.created:%Y-%m-%d %H:%M}  {_stamp(i.duration_s)}  {i.state}{title}{mark}"
+            )
+        return EXIT_OK
+    try:
+        return _recover(args, list_sessions())
+    except RecorderError as err:
+        _err(str(err))
+        return EXIT_FAILED
+
+
+def _recover(args: argparse.Namespace, infos: list) -> int:
+    from .audio.recorder import export_audio, recover
+    from .transcript import Transcript
+
+    match = infos[:1] if args.session == "latest" else [i for i in infos if i.id == args.session]
+    if not match:
+        _err(f"no session {args.session!r}; see `deskscribe sessions list`")
+        return EXIT_USAGE
+    found = recover(match[0].folder)
+    out_dir = args.output_dir or found.folder
+    audio = export_audio(found.folder, out_dir / "audio.flac")
+    print(f"audio: {audio} ({_stamp(found.duration_s)})", file=sys.stderr)
+    if found.transcript:
+        saved = Transcript.from_dict(found.transcript)
+        _export(saved, args.format, out_dir, "transcript")
+        tentative = found.transcript.get("tentative")
+        if tentative:
+            print(f"words not yet committed when it stopped: {tentative}", file=sys.stderr)
+    else:
+        print("no transcript was saved yet", file=sys.stderr)
+    if args.transcribe:
+        return _retranscribe(args, audio, out_dir)
+    return EXIT_OK
+
+
+def _retranscribe(args: argparse.Namespace, audio: Path, out_dir: Path) -> int:
+    from .models.store import ModelNotInstalledError, resolve_model
+    from .whisper.model import ModelNotBuiltError, WhisperModel
+    from .whisper.transcribe import transcribe_file
+
+    try:
+        model = WhisperModel(resolve_model(args.model))
+    except (ModelNotInstalledError, ModelNotBuiltError) as err:
+        _err(str(err))
+        return EXIT_USAGE
+    transcript = transcribe_file(model, audio)
+    _export(transcript, args.format, out_dir, "transcript.full")
+    return EXIT_OK

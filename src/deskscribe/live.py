@@ -1,0 +1,380 @@
+"""A live transcription session: capture -> disk and -> streaming transcriber, on worker threads.
+
+This is the core the GUI's live window and ``deskscribe live`` both drive. Nothing here blocks
+the caller: ``start``, ``pause``, ``resume``, ``stop`` and ``switch_device`` return at once, and
+everything that happens comes back as events (on ``events``, a queue, and to ``on_event`` if
+given, called from a worker thread).
+
+Two threads, so a slow decode never delays saving audio:
+- the *recorder* thread drains the capture ring buffers every 50 ms, writes every sample to the
+  session folder (crash-safe, see ``audio.recorder``), measures levels, and hands the mixed audio
+  on;
+- the *transcriber* thread feeds it to ``OnlineTranscriber`` and turns its updates into events,
+  autosaving the transcript whenever a line is finished (at most once a second) and every
+  few seconds.
+
+In meeting mode (``source="both"``) the microphone and system audio stay separate tracks on disk;
+each committed word is attributed to the track that was louder while it was spoken ("You" for
+the microphone, "Others" for system audio), and recognition runs on their mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .audio.capture import Capture, mix
+from .audio.devices import InputDevice
+from .audio.recorder import RecorderError, SessionRecorder
+from .transcript import Segment, Transcript, Word
+from .whisper.model import WhisperModel
+from .whisper.streaming import OnlineTranscriber, StreamingOptions, StreamUpdate
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+ENERGY_FRAME = 320  # 20 ms: resolution of the per-track loudness used to attribute words
+SOURCE_LABELS = {"mic": "You", "system": "Others"}
+
+
+@dataclass
+class LiveOptions:
+    source: str = "mic"  # "mic", "system" or "both" (meeting)
+    mic: InputDevice | None = None  # None: the default device of that kind
+    system: InputDevice | None = None
+    streaming: StreamingOptions = field(default_factory=StreamingOptions)
+    autosave_seconds: float = 3.0
+    title: str | None = None
+
+    @property
+    def tracks(self) -> list[str]:
+        if self.source not in ("mic", "system", "both"):
+            raise ValueError(f"unknown source {self.source!r}: use mic, system or both")
+        return ["mic", "system"] if self.source == "both" else [self.source]
+
+
+# ---------------------------------------------------------------------------- events
+
+
+@dataclass
+class Started:
+    folder: Path
+    tracks: list[str]
+    model: str
+    device: str  # where inference runs, e.g. "CPU" or "CUDA"
+
+
+@dataclass
+class Levels:
+    levels: dict[str, float]  # dBFS per track
+    overflows: dict[str, int]
+    elapsed: float  # seconds recorded (pauses excluded)
+    behind: float  # seconds of speech waiting to be decoded
+
+
+@dataclass
+class TextUpdate:
+    segments: list[Segment]  # committed segments, new or grown; replace by id
+    tentative: list[Word]  # the newest guess after the committed text (may change)
+    open_id: int | None  # the segment that may still grow
+
+
+@dataclass
+class Problem:
+    message: str
+    track: str | None = None
+    fatal: bool = False  # the session stopped because of it
+
+
+@dataclass
+class Stopped:
+    transcript: Transcript
+    folder: Path | None
+    reason: str | None = None  # why it stopped, when it was not the user
+
+
+Event = Started | Levels | TextUpdate | Problem | Stopped
+
+
+class LiveSession:
+    def __init__(
+        self,
+        model: WhisperModel,
+        options: LiveOptions | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.options = options or LiveOptions()
+        self.tracks = self.options.tracks
+        self.on_event = on_event
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.state = "idle"
+        self.folder: Path | None = None
+        self._stop = threading.Event()
+        self._paused = threading.Event()
+        self._lock = threading.Lock()
+        self._audio: queue.Queue[np.ndarray | str | None] = queue.Queue()
+        self._energy: dict[str, list[np.ndarray]] = {t: [] for t in self.tracks}
+        self._energy_tail: dict[str, np.ndarray] = {t: np.zeros(0, np.float32) for t in self.tracks}
+        self._segments: dict[int, Segment] = {}
+        self._edited: set[int] = set()
+        self._open_id: int | None = None
+        self._tentative: list[Word] = []
+        self._capture: Capture | None = None
+        self._recorder: SessionRecorder | None = None
+        self._recorded = 0
+        self._behind = 0.0
+        self._reason: str | None = None
+        self._threads: list[threading.Thread] = []
+        self._done = threading.Event()
+        self._transcript: Transcript | None = None
+        self.transcriber = OnlineTranscriber(
+            model,
+            self.options.streaming,
+            label_words=self._label_words if len(self.tracks) > 1 else None,
+        )
+
+    # ------------------------------------------------------------------ control
+
+    def start(self) -> None:
+        if self.state != "idle":
+            raise RuntimeError("a session can be started once")
+        self.state = "starting"
+        recorder = threading.Thread(target=self._record_loop, name="live-recorder", daemon=True)
+        self._threads = [recorder]
+        recorder.start()
+
+    def pause(self) -> None:
+        if self.state == "recording":
+            self._paused.set()
+            self.state = "paused"
+            self._audio.put("pause")
+
+    def resume(self) -> None:
+        if self.state == "paused":
+            self._paused.clear()
+            self.state = "recording"
+
+    def stop(self) -> None:
+        if self.state in ("starting", "recording", "paused"):
+            self.state = "stopping"
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> Transcript | None:
+        """Block until the session has stopped (not for the UI thread); the final transcript."""
+        self._done.wait(timeout)
+        return self._transcript
+
+    def switch_device(self, track: str, device: InputDevice) -> None:
+        """Replace one track's input while recording; the session and its timeline go on."""
+        if self._capture is None:
+            raise RuntimeError("the session is not recording")
+        self._capture.switch_device(track, device)
+
+    def edit_segment(self, segment_id: int, text: str) -> None:
+        """The user corrected a committed segment; the session keeps the correction."""
+        with self._lock:
+            seg = self._segments.get(segment_id)
+            if seg is None or segment_id == self._open_id:
+                raise ValueError("only finished segments can be edited while recording")
+            seg.text = text
+            self._edited.add(segment_id)
+
+    def transcript(self) -> Transcript:
+        """The committed transcript so far (a copy; safe from any thread)."""
+        with self._lock:
+            segments = [
+                Segment(**{**s.__dict__, "words": list(s.words)})
+                for _, s in sorted(self._segments.items())
+            ]
+        return Transcript(
+            segments=segments,
+            language=self.transcriber.language,
+            duration=self._recorded / SAMPLE_RATE,
+            source=str(self.folder) if self.folder else None,
+            model=self.model.name,
+        )
+
+    # ------------------------------------------------------------------ threads
+
+    def _emit(self, event: Event) -> None:
+        self.events.put(event)
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:  # a broken listener must not kill the recording
+                log.exception("live session listener failed on %s", type(event).__name__)
+
+    def _record_loop(self) -> None:
+        opt = self.options
+        try:
+            self._recorder = SessionRecorder(
+                None,
+                self.tracks,
+                meta={"title": opt.title, "model": self.model.name, "source": opt.source},
+            )
+            self.folder = self._recorder.folder
+            self._capture = Capture(opt.source, mic=opt.mic, system=opt.system)
+            self._capture.start()
+        except Exception as exc:  # no device, no permission, no disk: say so and end
+            self._fail_to_start(exc)
+            return
+        transcriber = threading.Thread(
+            target=self._transcribe_loop, name="live-transcriber", daemon=True
+        )
+        self._threads.append(transcriber)
+        transcriber.start()
+        self.state = "recording"
+        self._emit(Started(self.folder, self.tracks, self.model.name, self.model.runtime.label))
+        known_errors: dict[str, str] = {}
+        last_levels = 0.0
+        try:
+            while not self._stop.wait(0.05):
+                self._drain()
+                for track, message in self._capture.errors().items():
+                    if known_errors.get(track) != message:
+                        known_errors[track] = message
+                        self._emit(Problem(_device_problem(track, message), track=track))
+                now = time.monotonic()
+                if now - last_levels >= 0.1:
+                    last_levels = now
+                    self._emit(
+                        Levels(
+                            self._capture.levels(),
+                            self._capture.overflows(),
+                            self._recorded / SAMPLE_RATE,
+                            self._behind,
+                        )
+                    )
+            self._capture.stop()
+            self._drain()
+        except RecorderError as exc:
+            self._reason = str(exc)
+            self._emit(Problem(str(exc), fatal=True))
+            self._capture.stop()
+        finally:
+            self._audio.put(None)
+
+    def _drain(self) -> None:
+        assert self._capture is not None and self._recorder is not None
+        tracks = self._capture.read()
+        n = min((a.shape[0] for a in tracks.values()), default=0)
+        if n == 0:
+            return
+        if self._paused.is_set():
+            return  # paused: captured audio is dropped, not recorded or transcribed
+        for track in self.tracks:
+            self._recorder.write(track, tracks[track][:n])
+        if len(self.tracks) > 1:
+            self._measure_energy({t: tracks[t][:n] for t in self.tracks})
+        self._recorded += n
+        self._audio.put(mix({t: tracks[t][:n] for t in self.tracks}))
+
+    def _transcribe_loop(self) -> None:
+        last_save = time.monotonic()
+        ended = False
+        while not ended:
+            items = [self._audio.get()]
+            while True:  # take everything waiting: one decode covers it all
+                try:
+                    items.append(self._audio.get_nowait())
+                except queue.Empty:
+                    break
+            for item in items:
+                if item is None:
+                    ended = True
+                elif isinstance(item, str):  # pause: commit what was said so far
+                    self._publish(self.transcriber.finish())
+                else:
+                    self.transcriber.add_audio(item)
+            update = self.transcriber.finish() if ended else self.transcriber.process()
+            self._behind = self.transcriber.behind_seconds
+            self._publish(update)
+            since = time.monotonic() - last_save
+            closed = any(seg.id != update.open_id for seg in update.segments)
+            if ended or since >= self.options.autosave_seconds or (closed and since >= 1.0):
+                self._autosave()
+                last_save = time.monotonic()
+        self._finish()
+
+    def _publish(self, update: StreamUpdate) -> None:
+        with self._lock:
+            for seg in update.segments:
+                if seg.id not in self._edited:
+                    self._segments[seg.id] = seg
+            changed = update.tentative != self._tentative or update.open_id != self._open_id
+            self._open_id = update.open_id
+            self._tentative = update.tentative
+        if update.segments or changed:
+            self._emit(TextUpdate(update.segments, update.tentative, update.open_id))
+
+    def _autosave(self) -> None:
+        if self._recorder is None:
+            return
+        data = self.transcript().to_dict()
+        data["tentative"] = "".join(w.text for w in self._tentative).strip()
+        try:
+            self._recorder.save_transcript(data)
+        except (RecorderError, OSError) as exc:
+            self._emit(Problem(f"could not autosave the transcript: {exc}"))
+
+    def _finish(self) -> None:
+        try:
+            if self._recorder is not None:
+                self._recorder.close()
+        except (RecorderError, OSError) as exc:
+            self._emit(Problem(f"could not finish the session files: {exc}"))
+        self._transcript = self.transcript()
+        self.state = "stopped"
+        self._emit(Stopped(self._transcript, self.folder, self._reason))
+        self._done.set()
+
+    def _fail_to_start(self, exc: Exception) -> None:
+        self._reason = str(exc)
+        self._emit(Problem(str(exc), fatal=True))
+        if self._recorder is not None:
+            with contextlib.suppress(RecorderError, OSError):
+                self._recorder.close()
+        self._transcript = self.transcript()
+        self.state = "stopped"
+        self._emit(Stopped(self._transcript, self.folder, self._reason))
+        self._done.set()
+
+    # ------------------------------------------------------------------ meeting mode
+
+    def _measure_energy(self, tracks: dict[str, np.ndarray]) -> None:
+        with self._lock:
+            for track, samples in tracks.items():
+                data = np.concatenate([self._energy_tail[track], samples])
+                n = data.shape[0] // ENERGY_FRAME
+                frames = data[: n * ENERGY_FRAME].reshape(n, ENERGY_FRAME)
+                self._energy[track].append(np.mean(frames.astype(np.float64) ** 2, axis=1))
+                self._energy_tail[track] = data[n * ENERGY_FRAME :]
+
+    def _label_words(self, words: list[Word]) -> None:
+        """Give each word the track that was louder while it was spoken."""
+        with self._lock:
+            energy = {t: np.concatenate(self._energy[t] or [np.zeros(0)]) for t in self.tracks}
+            for t in self.tracks:
+                self._energy[t] = [energy[t]]
+        for w in words:
+            lo = int(w.start * SAMPLE_RATE) // ENERGY_FRAME
+            hi = max(lo + 1, int(np.ceil(w.end * SAMPLE_RATE / ENERGY_FRAME)))
+            loudness = {t: float(np.sum(energy[t][lo:hi])) for t in self.tracks}
+            w.speaker = SOURCE_LABELS[max(loudness, key=loudness.__getitem__)]
+
+
+def _device_problem(track: str, message: str) -> str:
+    what = "microphone" if track == "mic" else "system audio"
+    return (
+        f"The {what} stopped delivering audio ({message}). Everything recorded so far is kept; "
+        "pick another device to go on."
+    )

@@ -1,0 +1,232 @@
+"""A private PulseAudio server for capture tests (pytest plugin: ``pytest_plugins = ["pulse"]``).
+
+The session fixture ``pulse`` starts its own ``pulseaudio`` with no configuration (``-n``), only
+a native-protocol socket that accepts anonymous clients, with its runtime and state folders in a
+temporary folder, so it never touches (or needs) a desktop sound server and runs as root. The
+test process then talks to it through ``PULSE_SERVER``: pulsectl, pactl/paplay, and PortAudio's
+ALSA ``pulse`` device (libasound2-plugins) all read it. Null sinks stand in for speakers; their
+``.monitor`` sources are what "system audio" records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_SETUP_HINT = "run `bash scripts/test.sh`, which installs it"
+_START_TIMEOUT_S = 15.0
+
+
+def _die_with_parent() -> None:
+    """In the daemon's child process: get SIGTERM if the test process dies (even on SIGKILL)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+class PulseServer:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.socket = folder / "run" / "native"
+        self.log = folder / "pulseaudio.log"
+        home, run = folder / "home", folder / "run"
+        home.mkdir()
+        run.mkdir(mode=0o700)
+        # Anonymous clients are let in, but daemon and clients both look for a cookie and
+        # complain without one: give them the same one.
+        cookie = home / ".config" / "pulse" / "cookie"
+        cookie.parent.mkdir(parents=True)
+        cookie.write_bytes(os.urandom(256))
+        self.env = {"PULSE_SERVER": f"unix:{self.socket}", "PULSE_COOKIE": str(cookie)}
+        self._daemon_env = {
+            **os.environ,
+            "HOME": str(home),
+            "XDG_RUNTIME_DIR": str(run),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+        }
+        for key in ("PULSE_SERVER", "PULSE_SOURCE", "PULSE_SINK"):
+            self._daemon_env.pop(key, None)
+        self._modules: dict[str, int] = {}
+        self._process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        args = [
+            "pulseaudio",
+            "-n",  # no default.pa: only the modules below
+            "--daemonize=no",
+            "--exit-idle-time=-1",
+            "--use-pid-file=no",
+            "--system=no",
+            "--realtime=no",
+            "--high-priority=no",
+            "--disallow-exit=yes",
+            "--log-target=stderr",
+            f"--load=module-native-protocol-unix socket={self.socket} auth-anonymous=1",
+        ]
+        with open(self.log, "wb") as log:
+            self._process = subprocess.Popen(
+                args,
+                env=self._daemon_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C goes to pytest alone; its teardown stops us
+                preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"pulseaudio exited at start:\n{self.log.read_text()}")
+            if self.socket.exists() and self._pactl("info", check=False).returncode == 0:
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"pulseaudio did not answer in {_START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _pactl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            ["pactl", *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"pactl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def _load(self, key: str, module: str, *args: str) -> None:
+        if key in self._modules:
+            raise ValueError(f"{key!r} already exists")
+        out = self._pactl("load-module", module, *args).stdout.strip()
+        self._modules[key] = int(out)
+
+    def add_null_sink(self, name: str, rate: int = 48000, channels: int = 2) -> str:
+        """A sink that plays into nothing, in real time; returns its monitor source's name."""
+        self._load(
+            name,
+            "module-null-sink",
+            f"sink_name={name}",
+            f"rate={rate}",
+            f"channels={channels}",
+            f"sink_properties=device.description={name}",
+        )
+        return f"{name}.monitor"
+
+    def add_null_source(self, name: str, rate: int = 48000) -> str:
+        """A silent source that is not a monitor (a stand-in microphone); returns its name."""
+        self._load(name, "module-null-source", f"source_name={name}", f"rate={rate}")
+        return name
+
+    def set_default_sink(self, name: str) -> None:
+        self._pactl("set-default-sink", name)
+
+    def remove_sink(self, name: str) -> None:
+        """Unload the sink (or source) module: to its clients the device was unplugged."""
+        self._pactl("unload-module", str(self._modules.pop(name)))
+
+    remove_source = remove_sink
+
+    def play(self, wav_path: str | os.PathLike[str], sink: str) -> subprocess.Popen:
+        """Play a WAV file into `sink` in real time (the process ends when it has played)."""
+        return subprocess.Popen(
+            ["paplay", "-d", sink, str(wav_path)],
+            env={**os.environ, **self.env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+
+def _reinit_portaudio() -> None:
+    """Make PortAudio enumerate again if it already did (without our server, it found nothing)."""
+    sd = sys.modules.get("sounddevice")
+    if sd is not None:
+        sd._terminate()
+        sd._initialize()
+
+
+# One server per test process, however many modules import the fixture (each import makes its
+# own session-scoped fixture definition): the first use starts it, the last one stops it.
+_shared: PulseServer | None = None
+_users = 0
+_saved_env: dict[str, str | None] = {}
+
+
+def _start_shared() -> PulseServer:
+    global _shared, _saved_env
+    for tool in ("pulseaudio", "pactl", "paplay"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (PulseAudio for capture tests): {_SETUP_HINT}")
+    try:
+        import sounddevice
+    except OSError:
+        pytest.skip(f"PortAudio (libportaudio2) is not installed: {_SETUP_HINT}")
+    server = PulseServer(Path(tempfile.mkdtemp(prefix="ds-pulse-")))
+    _saved_env = {key: os.environ.get(key) for key in (*server.env, "PULSE_SOURCE", "PULSE_SINK")}
+    _shared = server
+    try:
+        server.start()
+        os.environ.update(server.env)
+        os.environ.pop("PULSE_SOURCE", None)
+        os.environ.pop("PULSE_SINK", None)
+        _reinit_portaudio()
+        if not any(d["name"] == "pulse" for d in sounddevice.query_devices()):
+            pytest.skip(f"PortAudio has no ALSA 'pulse' device (libasound2-plugins): {_SETUP_HINT}")
+    except BaseException:
+        _stop_shared()
+        raise
+    return server
+
+
+def _stop_shared() -> None:
+    global _shared
+    server, _shared = _shared, None
+    if server is None:
+        return
+    server.stop()
+    for key, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    _reinit_portaudio()
+    shutil.rmtree(server.folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pulse() -> Iterator[PulseServer]:
+    """A running private PulseAudio server; PULSE_SERVER points the test process at it."""
+    global _users
+    server = _shared or _start_shared()
+    _users += 1
+    try:
+        yield server
+    finally:
+        _users -= 1
+        if _users == 0:
+            _stop_shared()

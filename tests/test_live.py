@@ -1,0 +1,214 @@
+"""Live sessions end to end: real PulseAudio capture, real tiny.en model, real session files.
+
+Speech is played with paplay into null sinks in real time; their monitors are recorded as
+"system audio" (and, in meeting mode, one of them stands in for the microphone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import espeak, load, normalize, run_cli, wer
+from deskscribe.audio.devices import find_device
+from deskscribe.audio.recorder import list_sessions, read_track
+from deskscribe.live import LiveOptions, LiveSession, Problem, Started, Stopped, TextUpdate
+
+SR = 16000
+TURNS = [
+    "Good morning everyone. Thank you for joining the weekly planning meeting.",
+    "The release is on track for Friday, and the installer builds are green.",
+    "We still need someone to review the speaker labelling changes before Thursday.",
+]
+
+
+def write_wav(path: Path, audio: np.ndarray) -> Path:
+    pcm = np.clip(np.rint(audio * 32767), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SR)
+        w.writeframes(pcm.tobytes())
+    return path
+
+
+def gap(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SR), dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def turns(speech_dir) -> list[np.ndarray]:
+    return [load(espeak(t, speech_dir / f"turn{i}.wav")) for i, t in enumerate(TURNS)]
+
+
+@pytest.fixture()
+def data_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("DESKSCRIBE_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def wait_for(session: LiveSession, kind: type, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            event = session.events.get(timeout=0.5)
+        except Exception:
+            continue
+        seen.append(event)
+        if isinstance(event, kind):
+            return event, seen
+    raise AssertionError(f"no {kind.__name__} event in {timeout} s; saw {seen[-5:]}")
+
+
+def run_session(session: LiveSession, play) -> tuple[Stopped, list]:
+    """Start, play (a callable that returns when the sound has been played), stop at once."""
+    session.start()
+    started, seen = wait_for(session, Started)
+    assert started.folder.is_dir()
+    play()
+    session.stop()
+    stopped, rest = wait_for(session, Stopped, timeout=120)
+    return stopped, seen + rest
+
+
+def played(pulse, wav: Path, sink: str):
+    def play() -> None:
+        proc = pulse.play(wav, sink)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+        time.sleep(0.3)  # what paplay wrote has left the sink's buffer
+
+    return play
+
+
+def test_system_audio_live_transcript_matches_and_stop_commits_the_end(
+    pulse,
+    tiny_model,
+    turns,
+    data_dir,
+    tmp_path,
+):
+    monitor = pulse.add_null_sink("live_speakers")
+    # Pauses between turns, none after the last one: Stop comes right after the last word.
+    audio = np.concatenate([gap(0.5), turns[0], gap(1.2), turns[1], gap(1.2), turns[2]])
+    wav = write_wav(tmp_path / "talk.wav", audio)
+    session = LiveSession(
+        tiny_model, LiveOptions(source="system", system=find_device("system", monitor))
+    )
+    stopped, events = run_session(session, played(pulse, wav, "live_speakers"))
+
+    text = " ".join(s.text for s in stopped.transcript.segments)
+    assert wer(" ".join(TURNS), text) < 0.2, text
+    assert "thursday" in normalize(text).split()[-2:], "the last word, said just before Stop"
+    assert stopped.reason is None
+    assert not [e for e in events if isinstance(e, Problem)]
+    # Text came while the audio played, not only at Stop: committed and tentative updates.
+    updates = [e for e in events if isinstance(e, TextUpdate)]
+    assert any(u.tentative for u in updates)
+    closed_before_stop = {s.id for u in updates for s in u.segments if s.id != u.open_id}
+    assert len(closed_before_stop) >= 2
+    # The session folder holds the whole recording and the final transcript.
+    recorded = read_track(stopped.folder, "system")
+    assert recorded.shape[0] / SR >= audio.shape[0] / SR
+    saved = json.loads((stopped.folder / "transcript.json").read_text())
+    assert [s["text"] for s in saved["segments"]] == [s.text for s in stopped.transcript.segments]
+    assert list_sessions()[0].state == "stopped"
+
+
+def test_meeting_mode_attributes_each_voice_to_its_source(
+    pulse,
+    tiny_model,
+    turns,
+    data_dir,
+    tmp_path,
+):
+    mic = dataclasses.replace(
+        find_device("system", pulse.add_null_sink("live_headset")), kind="mic"
+    )
+    system = find_device("system", pulse.add_null_sink("live_call"))
+    # The user (mic) says turns 0 and 2, the far side (system audio) says turn 1.
+    mic_audio = np.concatenate(
+        [gap(0.5), turns[0], gap(1.2 + turns[1].shape[0] / SR + 1.2), turns[2]]
+    )
+    sys_audio = np.concatenate([gap(0.5 + turns[0].shape[0] / SR + 1.2), turns[1]])
+    mic_wav = write_wav(tmp_path / "mic.wav", mic_audio)
+    sys_wav = write_wav(tmp_path / "sys.wav", sys_audio)
+
+    def play() -> None:
+        a, b = pulse.play(mic_wav, "live_headset"), pulse.play(sys_wav, "live_call")
+        assert a.wait(timeout=120) == 0 and b.wait(timeout=120) == 0
+        time.sleep(0.5)
+
+    session = LiveSession(tiny_model, LiveOptions(source="both", mic=mic, system=system))
+    stopped, _ = run_session(session, play)
+
+    said = {"You": [], "Others": []}
+    for seg in stopped.transcript.segments:
+        said[seg.speaker].append(seg.text)
+    you, others = " ".join(said["You"]), " ".join(said["Others"])
+    assert wer(TURNS[0] + " " + TURNS[2], you) < 0.25, said
+    assert wer(TURNS[1], others) < 0.25, said
+    # Both tracks were recorded separately and in step.
+    mic_track = read_track(stopped.folder, "mic")
+    sys_track = read_track(stopped.folder, "system")
+    assert mic_track.shape == sys_track.shape
+
+
+def test_kill_9_mid_session_is_recovered(pulse, tiny_fp32, turns, data_dir, tmp_path):
+    pulse.add_null_sink("live_crash")
+    audio = np.concatenate([gap(0.3), turns[0], gap(1.0), turns[1], gap(1.0), turns[2], gap(3)])
+    wav = write_wav(tmp_path / "long.wav", audio)
+    env = {**os.environ, "DESKSCRIBE_DATA_DIR": str(data_dir)}
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "deskscribe", "live", "--source", "system"),
+            *("--device", "live_crash.monitor", "--model", str(tiny_fp32)),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = []
+        while not (lines and lines[-1].startswith("recording")):
+            lines.append(proc.stderr.readline())
+            assert lines[-1], "".join(lines)  # the process ended before recording
+        player = pulse.play(wav, "live_crash")
+        # Kill it while the third turn is being spoken: the first two are committed by then.
+        third_starts = 0.3 + (turns[0].shape[0] + turns[1].shape[0]) / SR + 2.0
+        time.sleep(third_starts + 2.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        player.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    listed = run_cli(["sessions", "list"], store=tmp_path, DESKSCRIBE_DATA_DIR=str(data_dir))
+    assert "INTERRUPTED" in listed.stdout, listed.stdout + listed.stderr
+    session = list_sessions()[0]
+    recovered = run_cli(
+        ["sessions", "recover", session.id], store=tmp_path, DESKSCRIBE_DATA_DIR=str(data_dir)
+    )
+    assert recovered.returncode == 0, recovered.stderr
+    # The audio: everything until (at most a second or so) before the kill.
+    audio_back = load(session.folder / "audio.flac")
+    assert audio_back.shape[0] / SR >= third_starts + 2.5 - 1.0
+    # The text: autosaved when each line was finished, so the first two turns are there.
+    text = set(normalize((session.folder / "transcript.txt").read_text()).split())
+    reference = normalize(TURNS[0] + " " + TURNS[1]).split()
+    assert sum(w in text for w in reference) / len(reference) > 0.8, text
+    assert list_sessions()[0].state == "recovered"
+    # A second recovery changes nothing and the session is no longer listed as interrupted.
+    again = run_cli(["sessions", "list"], store=tmp_path, DESKSCRIBE_DATA_DIR=str(data_dir))
+    assert "INTERRUPTED" not in again.stdout
