@@ -172,8 +172,13 @@ class OnlineTranscriber:
         t0 = time.perf_counter()
         while self._ends:
             end = self._ends.pop(0)
-            if self._last_decode == (self._start, self._decoded_to) and self._decoded_to >= end:
-                # The live decode already covered the whole utterance: no need to decode again.
+            if (
+                self._last_decode == (self._start, self._decoded_to)
+                and self._decoded_to >= end
+                and self._last_words
+            ):
+                # The live decode already covered the whole utterance, and was not one that
+                # would have needed a temperature fallback: no need to decode again.
                 words = [w for w in self._last_words if w.start < end / SAMPLE_RATE]
             else:
                 words = self._decode(self._start, end)
@@ -181,7 +186,7 @@ class OnlineTranscriber:
             self._cut(end)
         step = int(self.options.step_seconds * SAMPLE_RATE)
         if self.vad.speaking and self.total - max(self._decoded_to, self._start) >= step:
-            words = self._decode(self._start, self.total)
+            words = self._decode(self._start, self.total, final=False)
             self._commit(self._agreement.insert(words), update, utterance_end=False)
             self._trim_long_buffer()
         update.tentative = self._agreement.tentative
@@ -202,7 +207,10 @@ class OnlineTranscriber:
         update.open_id = None
         return update
 
-    def _decode(self, start: int, end: int) -> list[Word]:
+    def _decode(self, start: int, end: int, final: bool = True) -> list[Word]:
+        """Words of the audio from ``start`` to ``end``. Interim passes (``final=False``) run at
+        temperature 0 only: their text is checked by the next pass anyway, and a fallback
+        retry on audio cut mid-word would double their cost."""
         audio = self._audio[start - self._start : end - self._start]
         self._decoded_to = end
         self._last_decode = (start, end)
@@ -217,14 +225,18 @@ class OnlineTranscriber:
             word_timestamps=True,
             initial_prompt=self._prompt_before(start) or None,
         )
+        if not final:
+            options.temperatures = (0.0,)
         offset = start / SAMPLE_RATE
         words: list[Word] = []
+        confident = True
         for seg in transcribe_blocks(self.model, [audio], options, info=info):
+            confident = confident and seg.compression_ratio <= 2.4 and seg.avg_logprob >= -1.0
             for w in seg.words:
                 words.append(
                     replace(w, start=round(w.start + offset, 3), end=round(w.end + offset, 3))
                 )
-        self._last_words = words
+        self._last_words = words if confident else []
         if self.language is None and words and info.language_probability > 0.5:
             self.language = info.language
         return words
