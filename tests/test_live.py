@@ -22,7 +22,15 @@ import pytest
 from conftest import espeak, load, normalize, run_cli, wer
 from deskscribe.audio.devices import find_device
 from deskscribe.audio.recorder import list_sessions, read_track
-from deskscribe.live import LiveOptions, LiveSession, Problem, Started, Stopped, TextUpdate
+from deskscribe.live import (
+    Levels,
+    LiveOptions,
+    LiveSession,
+    Problem,
+    Started,
+    Stopped,
+    TextUpdate,
+)
 
 SR = 16000
 TURNS = [
@@ -212,3 +220,79 @@ def test_kill_9_mid_session_is_recovered(pulse, tiny_fp32, turns, data_dir, tmp_
     # A second recovery changes nothing and the session is no longer listed as interrupted.
     again = run_cli(["sessions", "list"], store=tmp_path, DESKSCRIBE_DATA_DIR=str(data_dir))
     assert "INTERRUPTED" not in again.stdout
+
+
+def test_pause_leaves_out_what_was_said_meanwhile(pulse, tiny_model, turns, data_dir, tmp_path):
+    monitor = pulse.add_null_sink("live_pause")
+    session = LiveSession(
+        tiny_model, LiveOptions(source="system", system=find_device("system", monitor))
+    )
+    session.start()
+    wait_for(session, Started)
+    for i, turn in enumerate(turns):
+        if i == 1:
+            session.pause()
+        wav = write_wav(tmp_path / f"p{i}.wav", np.concatenate([turn, gap(1.0)]))
+        played(pulse, wav, "live_pause")()
+        if i == 1:
+            session.resume()
+    session.stop()
+    stopped, _ = wait_for(session, Stopped, timeout=120)
+    text = " ".join(s.text for s in stopped.transcript.segments)
+    assert wer(TURNS[0] + " " + TURNS[2], text) < 0.2, text
+    assert "release" not in text.lower()
+    # The paused turn is not in the recording either.
+    recorded = read_track(stopped.folder, "system").shape[0] / SR
+    played_s = sum(t.shape[0] / SR + 1.0 for t in turns)
+    assert recorded < played_s - turns[1].shape[0] / SR + 2.5
+
+
+def test_noise_and_hum_give_no_text(pulse, tiny_model, data_dir, tmp_path):
+    monitor = pulse.add_null_sink("live_noise")
+    rng = np.random.default_rng(11)
+    t = np.arange(4 * SR) / SR
+    noise = np.concatenate(
+        [rng.normal(0, 0.03, 4 * SR), 0.1 * np.sin(2 * np.pi * 50 * t), gap(1.0)]
+    ).astype(np.float32)
+    wav = write_wav(tmp_path / "noise.wav", noise)
+    session = LiveSession(
+        tiny_model, LiveOptions(source="system", system=find_device("system", monitor))
+    )
+    stopped, events = run_session(session, played(pulse, wav, "live_noise"))
+    assert stopped.transcript.segments == []
+    assert not any(isinstance(e, TextUpdate) and e.tentative for e in events)
+    levels = [e.levels["system"] for e in events if isinstance(e, Levels)]
+    assert max(levels) > -40, "the noise was captured (and still gave no text)"
+
+
+def test_full_disk_stops_cleanly_and_keeps_the_audio(
+    pulse, tiny_model, turns, tmp_path, monkeypatch
+):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    disk = tmp_path / "small-disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        monkeypatch.setenv("DESKSCRIBE_DATA_DIR", str(disk))
+        monitor = pulse.add_null_sink("live_full")
+        talk = np.concatenate([turns[0], gap(1.0), turns[1], gap(1.0), turns[2], gap(1.0)] * 2)
+        wav = write_wav(tmp_path / "talk-long.wav", talk)
+        session = LiveSession(
+            tiny_model, LiveOptions(source="system", system=find_device("system", monitor))
+        )
+        session.start()
+        wait_for(session, Started)
+        player = pulse.play(wav, "live_full")
+        try:
+            # The session stops by itself when the disk is full, well before the talk ends.
+            stopped, events = wait_for(session, Stopped, timeout=60)
+        finally:
+            player.kill()
+        assert "disk is full" in (stopped.reason or "").lower(), stopped.reason
+        assert any(isinstance(e, Problem) and e.fatal for e in events)
+        kept = read_track(stopped.folder, "system").shape[0] / SR
+        assert kept > 4.0, kept  # what fit on the disk is all there and readable
+    finally:
+        subprocess.run(["umount", "-l", str(disk)])

@@ -235,7 +235,8 @@ class LiveSession:
         self.state = "recording"
         self._emit(Started(self.folder, self.tracks, self.model.name, self.model.runtime.label))
         known_errors: dict[str, str] = {}
-        last_levels = 0.0
+        last_levels = last_overflow_report = 0.0
+        reported_overflows = {t: 0 for t in self.tracks}
         try:
             while not self._stop.wait(0.05):
                 self._drain()
@@ -244,6 +245,11 @@ class LiveSession:
                         known_errors[track] = message
                         self._emit(Problem(_device_problem(track, message), track=track))
                 now = time.monotonic()
+                overflows = self._capture.overflows()
+                if now - last_overflow_report >= 5.0 and overflows != reported_overflows:
+                    # Lost input is never silent: say so (at most every 5 s).
+                    last_overflow_report, reported_overflows = now, dict(overflows)
+                    self._emit(Problem(_overflow_problem(overflows)))
                 if now - last_levels >= 0.1:
                     last_levels = now
                     self._emit(
@@ -370,6 +376,14 @@ class LiveSession:
             hi = max(lo + 1, int(np.ceil(w.end * SAMPLE_RATE / ENERGY_FRAME)))
             loudness = {t: float(np.sum(energy[t][lo:hi])) for t in self.tracks}
             w.speaker = SOURCE_LABELS[max(loudness, key=loudness.__getitem__)]
+
+
+def _overflow_problem(overflows: dict[str, int]) -> str:
+    lost = ", ".join(f"{t}: {n}" for t, n in overflows.items() if n)
+    return (
+        f"Some input audio was lost because the computer could not keep up ({lost} overflows). "
+        "Close other busy programs or choose a smaller model."
+    )
 
 
 def _device_problem(track: str, message: str) -> str:
