@@ -145,7 +145,7 @@ def run_model(name: str, folder: Path, wav: Path, ref_text: str, ref_words: list
 
     from deskscribe.audio.decode import decode_audio
     from deskscribe.audio.devices import find_device
-    from deskscribe.audio.recorder import read_track
+    from deskscribe.audio.sessions import read_track
     from deskscribe.live import LiveOptions, LiveSession
     from deskscribe.whisper.model import WhisperModel
 

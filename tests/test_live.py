@@ -21,7 +21,7 @@ import pytest
 
 from conftest import espeak, load, normalize, run_cli, wer
 from deskscribe.audio.devices import find_device
-from deskscribe.audio.recorder import list_sessions, read_track
+from deskscribe.audio.sessions import list_sessions, read_track
 from deskscribe.live import (
     Levels,
     LiveOptions,

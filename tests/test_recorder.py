@@ -15,12 +15,13 @@ import pytest
 
 from deskscribe.audio.decode import decode_audio
 from deskscribe.audio.recorder import (
-    JOURNAL,
-    TRANSCRIPT,
     RecorderDiskFullError,
     RecorderError,
     SessionInUseError,
     SessionRecorder,
+)
+from deskscribe.audio.session_files import JOURNAL, TRANSCRIPT
+from deskscribe.audio.sessions import (
     export_audio,
     find_interrupted,
     list_sessions,

@@ -88,7 +88,7 @@ def _device(kind: str, wanted: str | None):
 
 def live(args: argparse.Namespace) -> int:
     from .audio.devices import CaptureDeviceError, list_devices
-    from .audio.recorder import find_interrupted
+    from .audio.sessions import find_interrupted
     from .live import LiveOptions, LiveSession
     from .models.store import ModelNotInstalledError, resolve_model
     from .whisper.model import ModelNotBuiltError, WhisperModel
@@ -210,7 +210,8 @@ def _export(transcript, formats: str, out_dir: Path, stem: str) -> list[Path]:
 
 
 def sessions(args: argparse.Namespace) -> int:
-    from .audio.recorder import RecorderError, list_sessions
+    from .audio.recorder import RecorderError
+    from .audio.sessions import list_sessions
 
     if args.sessions_command == "list":
         infos = list_sessions()
@@ -231,7 +232,7 @@ def sessions(args: argparse.Namespace) -> int:
 
 
 def _recover(args: argparse.Namespace, infos: list) -> int:
-    from .audio.recorder import export_audio, recover
+    from .audio.sessions import export_audio, recover
     from .transcript import Transcript
 
     match = infos[:1] if args.session == "latest" else [i for i in infos if i.id == args.session]
