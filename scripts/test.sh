@@ -11,7 +11,11 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
 need=()
-for pkg in espeak-ng sox pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins; do
+# Qt (offscreen for the tests; Xvfb and the xcb libraries for screenshots).
+for pkg in espeak-ng sox pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins \
+  libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 fonts-dejavu-core xvfb \
+  libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 libxcb-xinerama0 \
+  libxkbcommon-x11-0 libxcb-cursor0 libxcb-shape0 libxcb-randr0 libxcb-xfixes0 libxcb-xkb1; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -34,4 +38,5 @@ echo "== ruff"
 .venv/bin/ruff format --check src tests bench
 
 echo "== pytest"
+export QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}"
 exec .venv/bin/python -m pytest "$@"
