@@ -130,8 +130,8 @@ class LiveSession:
         self._tentative: list[Word] = []
         self._capture: Capture | None = None
         self._recorder: SessionRecorder | None = None
-        self._recorded = 0
-        self._behind = 0.0
+        self._recorded = 0  # samples written to disk (the session's length)
+        self._fed = 0  # samples the transcriber has taken
         self._reason: str | None = None
         self._threads: list[threading.Thread] = []
         self._done = threading.Event()
@@ -178,6 +178,13 @@ class LiveSession:
         if self._capture is None:
             raise RuntimeError("the session is not recording")
         self._capture.switch_device(track, device)
+
+    @property
+    def behind_seconds(self) -> float:
+        """How far recognition trails the recording: audio not yet taken by the transcriber
+        plus speech it holds but has not decoded."""
+        queued = max(0, self._recorded - self._fed) / SAMPLE_RATE
+        return queued + self.transcriber.behind_seconds
 
     def edit_segment(self, segment_id: int, text: str) -> None:
         """The user corrected a committed segment; the session keeps the correction."""
@@ -257,7 +264,7 @@ class LiveSession:
                             self._capture.levels(),
                             self._capture.overflows(),
                             self._recorded / SAMPLE_RATE,
-                            self._behind,
+                            self.behind_seconds,
                         )
                     )
             self._capture.stop()
@@ -294,6 +301,7 @@ class LiveSession:
                     items.append(self._audio.get_nowait())
                 except queue.Empty:
                     break
+            fed = 0
             for item in items:
                 if item is None:
                     ended = True
@@ -301,8 +309,15 @@ class LiveSession:
                     self._publish(self.transcriber.finish())
                 else:
                     self.transcriber.add_audio(item)
-            update = self.transcriber.finish() if ended else self.transcriber.process()
-            self._behind = self.transcriber.behind_seconds
+                    fed += item.shape[0]
+            self._fed += fed
+            # More than two steps of audio arrived during the last decode: the machine is not
+            # keeping up, so skip the tentative pass and let utterance ends commit the text.
+            keeping_up = fed <= 2 * self.options.streaming.step_seconds * SAMPLE_RATE
+            if ended:
+                update = self.transcriber.finish()
+            else:
+                update = self.transcriber.process(interim=keeping_up)
             self._publish(update)
             since = time.monotonic() - last_save
             closed = any(seg.id != update.open_id for seg in update.segments)

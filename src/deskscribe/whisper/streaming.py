@@ -166,8 +166,11 @@ class OnlineTranscriber:
 
     # ------------------------------------------------------------------ decoding
 
-    def process(self) -> StreamUpdate:
-        """Commit finished utterances; decode the live one if enough new audio came in."""
+    def process(self, interim: bool = True) -> StreamUpdate:
+        """Commit finished utterances; decode the live one if enough new audio came in.
+
+        ``interim=False`` skips the live decode (the caller is behind real time: utterances
+        are still committed when they end, only the tentative text waits)."""
         update = StreamUpdate()
         t0 = time.perf_counter()
         while self._ends:
@@ -185,7 +188,8 @@ class OnlineTranscriber:
             self._commit(self._agreement.commit_all(words), update, utterance_end=True)
             self._cut(end)
         step = int(self.options.step_seconds * SAMPLE_RATE)
-        if self.vad.speaking and self.total - max(self._decoded_to, self._start) >= step:
+        new_audio = self.total - max(self._decoded_to, self._start)
+        if interim and self.vad.speaking and new_audio >= step:
             words = self._decode(self._start, self.total, final=False)
             self._commit(self._agreement.insert(words), update, utterance_end=False)
             self._trim_long_buffer()
