@@ -214,7 +214,9 @@ def test_kill_9_mid_session_is_recovered(pulse, tiny_fp32, turns, data_dir, tmp_
     assert "INTERRUPTED" in listed.stdout, listed.stdout + listed.stderr
     session = list_sessions()[0]
     recovered = run_cli(
-        ["sessions", "recover", session.id], store=tmp_path, DESKSCRIBE_DATA_DIR=str(data_dir)
+        ["sessions", "recover", session.id, "--transcribe", "--model", str(tiny_fp32)],
+        store=tmp_path,
+        DESKSCRIBE_DATA_DIR=str(data_dir),
     )
     assert recovered.returncode == 0, recovered.stderr
     # The audio: everything until (at most a second or so) before the kill.
@@ -224,6 +226,9 @@ def test_kill_9_mid_session_is_recovered(pulse, tiny_fp32, turns, data_dir, tmp_
     text = set(normalize((session.folder / "transcript.txt").read_text()).split())
     reference = normalize(TURNS[0] + " " + TURNS[1]).split()
     assert sum(w in text for w in reference) / len(reference) > 0.8, text
+    # --transcribe: the recovered audio transcribed again as a file, all of it.
+    full = normalize((session.folder / "transcript.full.txt").read_text())
+    assert wer(TURNS[0] + " " + TURNS[1], " ".join(full.split()[: len(reference)])) < 0.3, full
     assert list_sessions()[0].state == "recovered"
     # A second recovery changes nothing and the session is no longer listed as interrupted.
     again = run_cli(["sessions", "list"], store=tmp_path, DESKSCRIBE_DATA_DIR=str(data_dir))
