@@ -161,3 +161,30 @@ def run_cli(
         cwd=cwd,
         timeout=600,
     )
+
+
+# --------------------------------------------------------------------------- speakers
+
+
+@pytest.fixture(scope="session")
+def speaker_model() -> Path:
+    """Resemblyzer's voice encoder (``pretrained.pt`` in its wheel) converted to our ONNX
+    speaker model folder, cached like the Whisper models."""
+    from deskscribe.speakers.convert import (
+        CONVERTER_VERSION,
+        convert_resemblyzer,
+        find_resemblyzer_checkpoint,
+    )
+
+    checkpoint = find_resemblyzer_checkpoint()
+    if checkpoint is None:
+        pytest.skip("resemblyzer is not installed (pip install --no-deps resemblyzer==0.1.4)")
+    size = checkpoint.stat().st_size
+    dest = CACHE / f"speaker-resemblyzer-c{CONVERTER_VERSION}-{size:x}"
+    if not (dest / "manifest.json").is_file():
+        try:
+            convert_resemblyzer(checkpoint, dest, name="speaker-resemblyzer")
+        except FileExistsError:  # another test session converted it at the same time
+            if not (dest / "manifest.json").is_file():
+                raise
+    return dest

@@ -22,6 +22,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"deskscribe {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="show diagnostic messages")
+    p.add_argument(
+        "--self-test",
+        action="store_true",
+        help="check this installation (libraries, devices, models) and transcribe a built-in clip",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("transcribe", help="transcribe audio or video files")
@@ -50,6 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--initial-prompt", help="text that primes vocabulary and style")
     t.add_argument("--timestamps", action="store_true", help="put [hh:mm:ss] on each TXT line")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
+    t.add_argument(
+        "--speakers",
+        metavar="auto|N|MIN-MAX",
+        help="label who speaks: auto (count found), a count such as 2, or a range such as 2-4",
+    )
+    t.add_argument(
+        "--speaker-model",
+        metavar="NAME|FOLDER",
+        help="speaker model for --speakers (default: WeSpeaker if installed, else Resemblyzer)",
+    )
 
     c = sub.add_parser("config", help="show or change settings")
     c.add_argument("key", nargs="?", help="setting name (none: show all)")
@@ -77,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--variant", choices=["fp32", "fp16", "int8"], default="int8")
     st.add_argument("--overwrite", action="store_true")
+    sst = msub.add_parser(
+        "install-speaker-starter",
+        help="install the offline speaker model (Resemblyzer's voice encoder, converted to ONNX)",
+    )
+    sst.add_argument("--overwrite", action="store_true")
     d = msub.add_parser("download", help="download a model from the Hugging Face hub and build it")
     d.add_argument(
         "source", help="catalog name (see `models list --available`), repo id, or local folder"
@@ -93,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--keep-download", action="store_true", help="keep the checkpoint after building"
     )
+    d.add_argument(
+        "--speaker",
+        action="store_true",
+        help="the repo (or .onnx file) is a WeSpeaker speaker-embedding model "
+        "(implied for speaker catalog names such as `wespeaker`)",
+    )
     r = msub.add_parser("remove", help="delete an installed model")
     r.add_argument("name")
     r.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -108,6 +134,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # `deskscribe` alone opens the desktop app
+        from .gui.app import main as gui_main
+
+        return gui_main()
+    if argv == ["--self-test"]:
+        from . import selftest
+
+        return selftest.run()
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s: %(message)s"
@@ -144,6 +179,7 @@ def _models(args: argparse.Namespace) -> int:
         valid_name,
         verify_model,
     )
+    from .speakers.convert import CheckpointFormatError
     from .whisper.tokenizer import TokenizerError
     from .whisper.weights import CheckpointError
 
@@ -174,6 +210,10 @@ def _models(args: argparse.Namespace) -> int:
             from .models.starter import install_starter
 
             print(install_starter(args.which, args.variant, overwrite=args.overwrite))
+        elif args.models_command == "install-speaker-starter":
+            from .models.install import install_speaker_starter
+
+            print(install_speaker_starter(overwrite=args.overwrite))
         elif args.models_command == "import":
             print(import_model(args.folder, args.name, overwrite=args.overwrite))
         elif args.models_command == "download":
@@ -206,19 +246,30 @@ def _models(args: argparse.Namespace) -> int:
                 print(
                     f"{e.id:26} {e.size_mb / 1000:5.2f} GB  {langs:13} {e.good_for}  [{e.hardware}]"
                 )
+            from .models.catalog import SPEAKER_CATALOG
+
+            for s in SPEAKER_CATALOG:
+                print(f"{s.id:26} {s.size_mb / 1000:5.2f} GB  {'speakers':13} {s.good_for}")
         elif args.models_command == "list":
+            from .models.store import list_speaker_models
+
             models = list_models()
-            if not models:
+            speakers = list_speaker_models()
+            if not models and not speakers:
                 print(f"no models installed in {store_dir()}")
             for mdl in models:
                 kind = "multilingual" if mdl.multilingual else "English-only"
                 print(
                     f"{mdl.name:32} {mdl.variant:5} {kind:13} {mdl.size_bytes / 1e6:8.1f} MB  {mdl.path}"
                 )
+            for spk in speakers:
+                kind = f"speakers/{spk.kind}"
+                print(f"{spk.name:32} {'':5} {kind:21} {spk.size_bytes / 1e6:8.1f} MB  {spk.path}")
         elif args.models_command == "path":
             print(resolve_model(args.name) if args.name else store_dir())
     except (
         CheckpointError,
+        CheckpointFormatError,
         ModelNotInstalledError,
         FileExistsError,
         ValueError,
@@ -254,12 +305,14 @@ def _config(args: argparse.Namespace) -> int:
 def _download(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .models.catalog import find_speaker_entry
     from .models.download import DownloadError
     from .models.hardware import detect, recommend
-    from .models.install import install_model
+    from .models.install import install_model, install_speaker_model
 
+    speaker = args.speaker or find_speaker_entry(args.source) is not None
     variant = args.variant
-    if variant == "auto":
+    if variant == "auto" and not speaker:
         variant = "int8" if recommend(detect()).device == "cpu" else "fp16"
     bar: tqdm | None = None
     stage_now = ""
@@ -278,15 +331,25 @@ def _download(args: argparse.Namespace) -> int:
         bar.update(done * scale - bar.n)
 
     try:
-        path = install_model(
-            args.source,
-            variant,
-            name=args.name,
-            endpoint=args.endpoint,
-            overwrite=args.overwrite,
-            keep_download=args.keep_download,
-            progress=progress,
-        )
+        if speaker:  # one ONNX file, checked and placed as is: the variant does not apply
+            path = install_speaker_model(
+                args.source,
+                name=args.name,
+                endpoint=args.endpoint,
+                overwrite=args.overwrite,
+                keep_download=args.keep_download,
+                progress=progress,
+            )
+        else:
+            path = install_model(
+                args.source,
+                variant,
+                name=args.name,
+                endpoint=args.endpoint,
+                overwrite=args.overwrite,
+                keep_download=args.keep_download,
+                progress=progress,
+            )
     except DownloadError as err:
         _err(str(err))
         return EXIT_FAILED
@@ -313,6 +376,11 @@ def _transcribe(args: argparse.Namespace) -> int:
     if unknown:
         _err(f"unknown format {', '.join(unknown)}; use any of: {','.join(FORMATS)}")
         return EXIT_USAGE
+    speakers = None
+    if args.speakers is not None or args.speaker_model is not None:
+        speakers = _speaker_setup(args)
+        if speakers is None:
+            return EXIT_USAGE
     try:
         model = WhisperModel(resolve_model(args.model), device=args.device, threads=args.threads)
     except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
@@ -366,7 +434,14 @@ def _transcribe(args: argparse.Namespace) -> int:
                         bar.total = total
                     bar.update(done - bar.n)
 
-                transcript = transcribe_file(model, path, options, progress=progress, cancel=cancel)
+                if speakers is None:
+                    transcript = transcribe_file(
+                        model, path, options, progress=progress, cancel=cancel
+                    )
+                else:
+                    transcript = _transcribe_speakers(
+                        model, path, options, speakers, progress, cancel, bar
+                    )
             out_dir.mkdir(parents=True, exist_ok=True)
             for fmt, target in zip(formats, targets, strict=True):
                 export(
@@ -374,7 +449,7 @@ def _transcribe(args: argparse.Namespace) -> int:
                 )
                 if not args.quiet:
                     print(target, file=sys.stderr)
-        except (MediaError, DecodingError, ExportExistsError, OSError) as err:
+        except (MediaError, DecodingError, ExportExistsError, OSError, ValueError) as err:
             _err(f"{path}: {err}" if str(path) not in str(err) else str(err))
             failed += 1
         except RUN_ERRORS as err:  # the engine itself failed on this file; go on with the next
@@ -383,6 +458,54 @@ def _transcribe(args: argparse.Namespace) -> int:
     for note in model.runtime.notes[notes_shown:]:
         _err(note)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _speaker_setup(args: argparse.Namespace):
+    """(diarization options, speaker encoder) for --speakers, or None after saying why not."""
+    from .models.store import ModelNotInstalledError, resolve_speaker_model
+    from .speakers.diarize import parse_speakers
+    from .speakers.encoder import SpeakerEncoder, SpeakerModelError
+    from .whisper.runtime import DeviceError
+
+    try:
+        options = parse_speakers(args.speakers or "auto")
+        encoder = SpeakerEncoder(
+            resolve_speaker_model(args.speaker_model), device=args.device, threads=args.threads
+        )
+    except (ValueError, ModelNotInstalledError, SpeakerModelError, DeviceError) as err:
+        _err(str(err))
+        return None
+    if not args.quiet:
+        print(f"speakers: {encoder.name} ({encoder.kind})", file=sys.stderr)
+    return options, encoder
+
+
+def _transcribe_speakers(model, path, options, speakers, progress, cancel, bar):
+    """Transcribe with word timestamps, label speakers, name voices saved as profiles."""
+    from .speakers.diarize import diarize_file
+    from .speakers.profiles import ProfileError, apply_profiles, match_threshold_for
+
+    diarize_options, encoder = speakers
+
+    def staged(stage: str, done: float, total: float) -> None:
+        if stage == "transcribe":
+            progress(done, total)
+        else:
+            bar.set_postfix_str("speakers")
+
+    result = diarize_file(
+        model, path, encoder, diarize_options, options, progress=staged, cancel=cancel
+    )
+    try:
+        apply_profiles(
+            result.transcript,
+            result.diarization.centroids,
+            match_threshold_for(encoder.kind),
+            model=encoder.name,
+        )
+    except ProfileError as err:  # a broken profile file must not cost the transcript
+        _err(f"voice profiles not used: {err}")
+    return result.transcript
 
 
 if __name__ == "__main__":

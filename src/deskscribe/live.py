@@ -13,9 +13,11 @@ Two threads, so a slow decode never delays saving audio:
   autosaving the transcript whenever a line is finished (at most once a second) and every
   few seconds.
 
-In meeting mode (``source="both"``) the microphone and system audio stay separate tracks on disk;
-each committed word is attributed to the track that was louder while it was spoken ("You" for
-the microphone, "Others" for system audio), and recognition runs on their mix.
+In meeting mode (``source="both"``) the microphone and system audio stay separate tracks on disk
+and recognition runs on their mix. Committed words get speaker labels from
+``speakers.online``: "You" for the microphone, and with a speaker encoder the voices of
+system audio (or of the one source) clustered as they come ("S1", "S2", …); without one,
+"Others".
 """
 
 from __future__ import annotations
@@ -34,15 +36,16 @@ import numpy as np
 from .audio.capture import Capture, mix
 from .audio.devices import InputDevice
 from .audio.recorder import RecorderError, SessionRecorder
+from .speakers.encoder import SpeakerEncoder
+from .speakers.online import LiveSpeakerLabeller
 from .transcript import Segment, Transcript, Word
 from .whisper.model import WhisperModel
 from .whisper.streaming import OnlineTranscriber, StreamingOptions, StreamUpdate
 
 log = logging.getLogger(__name__)
+REFINE_MAX_SECONDS = 20 * 60  # longer sessions keep their live speaker labels at Stop
 
 SAMPLE_RATE = 16000
-ENERGY_FRAME = 320  # 20 ms: resolution of the per-track loudness used to attribute words
-SOURCE_LABELS = {"mic": "You", "system": "Others"}
 
 
 @dataclass
@@ -110,6 +113,7 @@ class LiveSession:
         model: WhisperModel,
         options: LiveOptions | None = None,
         on_event: Callable[[Event], None] | None = None,
+        speaker_encoder: SpeakerEncoder | None = None,
     ) -> None:
         self.model = model
         self.options = options or LiveOptions()
@@ -122,10 +126,9 @@ class LiveSession:
         self._paused = threading.Event()
         self._lock = threading.Lock()
         self._audio: queue.Queue[np.ndarray | str | None] = queue.Queue()
-        self._energy: dict[str, list[np.ndarray]] = {t: [] for t in self.tracks}
-        self._energy_tail: dict[str, np.ndarray] = {t: np.zeros(0, np.float32) for t in self.tracks}
         self._segments: dict[int, Segment] = {}
         self._edited: set[int] = set()
+        self._speaker_names: dict[str, str] = {}
         self._open_id: int | None = None
         self._tentative: list[Word] = []
         self._capture: Capture | None = None
@@ -136,10 +139,11 @@ class LiveSession:
         self._threads: list[threading.Thread] = []
         self._done = threading.Event()
         self._transcript: Transcript | None = None
+        self.labeller = LiveSpeakerLabeller(self.tracks, speaker_encoder)
         self.transcriber = OnlineTranscriber(
             model,
             self.options.streaming,
-            label_words=self._label_words if len(self.tracks) > 1 else None,
+            label_words=self.labeller.label if self.labeller.active else None,
         )
 
     # ------------------------------------------------------------------ control
@@ -204,6 +208,7 @@ class LiveSession:
             ]
         return Transcript(
             segments=segments,
+            speakers=dict(self._speaker_names),
             language=self.transcriber.language,
             duration=self._recorded / SAMPLE_RATE,
             source=str(self.folder) if self.folder else None,
@@ -286,8 +291,8 @@ class LiveSession:
             return  # paused: captured audio is dropped, not recorded or transcribed
         for track in self.tracks:
             self._recorder.write(track, tracks[track][:n])
-        if len(self.tracks) > 1:
-            self._measure_energy({t: tracks[t][:n] for t in self.tracks})
+        if self.labeller.active:
+            self.labeller.add_audio({t: tracks[t][:n] for t in self.tracks})
         self._recorded += n
         self._audio.put(mix({t: tracks[t][:n] for t in self.tracks}))
 
@@ -353,10 +358,40 @@ class LiveSession:
                 self._recorder.close()
         except (RecorderError, OSError) as exc:
             self._emit(Problem(f"could not finish the session files: {exc}"))
+        if self._refine_speakers():
+            self._autosave()
         self._transcript = self.transcript()
         self.state = "stopped"
         self._emit(Stopped(self._transcript, self.folder, self._reason))
         self._done.set()
+
+    def _refine_speakers(self) -> bool:
+        """At Stop, one offline pass over the whole recording refines the live speaker labels
+        (which had to be given from a few seconds of speech each). Single-source sessions up
+        to REFINE_MAX_SECONDS only; never when the user has corrected text meanwhile."""
+        encoder = self.labeller.encoder
+        if (
+            encoder is None
+            or len(self.tracks) != 1
+            or self.folder is None
+            or self._edited
+            or not self._segments
+            or self._recorded > REFINE_MAX_SECONDS * SAMPLE_RATE
+        ):
+            return False
+        from .audio.sessions import read_track
+        from .speakers.diarize import assign_speakers, diarize
+
+        try:
+            turns = diarize(read_track(self.folder, self.tracks[0]), encoder)
+            refined = assign_speakers(self.transcript(), turns)
+        except Exception:  # the live labels stay; nothing is lost
+            log.exception("refining the speaker labels at stop failed")
+            return False
+        with self._lock:
+            self._segments = {seg.id: seg for seg in refined.segments}
+            self._speaker_names = dict(refined.speakers)
+        return True
 
     def _fail_to_start(self, exc: Exception) -> None:
         self._reason = str(exc)
@@ -368,29 +403,6 @@ class LiveSession:
         self.state = "stopped"
         self._emit(Stopped(self._transcript, self.folder, self._reason))
         self._done.set()
-
-    # ------------------------------------------------------------------ meeting mode
-
-    def _measure_energy(self, tracks: dict[str, np.ndarray]) -> None:
-        with self._lock:
-            for track, samples in tracks.items():
-                data = np.concatenate([self._energy_tail[track], samples])
-                n = data.shape[0] // ENERGY_FRAME
-                frames = data[: n * ENERGY_FRAME].reshape(n, ENERGY_FRAME)
-                self._energy[track].append(np.mean(frames.astype(np.float64) ** 2, axis=1))
-                self._energy_tail[track] = data[n * ENERGY_FRAME :]
-
-    def _label_words(self, words: list[Word]) -> None:
-        """Give each word the track that was louder while it was spoken."""
-        with self._lock:
-            energy = {t: np.concatenate(self._energy[t] or [np.zeros(0)]) for t in self.tracks}
-            for t in self.tracks:
-                self._energy[t] = [energy[t]]
-        for w in words:
-            lo = int(w.start * SAMPLE_RATE) // ENERGY_FRAME
-            hi = max(lo + 1, int(np.ceil(w.end * SAMPLE_RATE / ENERGY_FRAME)))
-            loudness = {t: float(np.sum(energy[t][lo:hi])) for t in self.tracks}
-            w.speaker = SOURCE_LABELS[max(loudness, key=loudness.__getitem__)]
 
 
 def _overflow_problem(overflows: dict[str, int]) -> str:

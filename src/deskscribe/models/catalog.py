@@ -170,3 +170,52 @@ def wanted_files(all_files: list[str]) -> list[str]:
         parts = sorted(f for f in names if f.startswith("model.bin.part"))
         wanted += parts + [f for f in ("vocabulary.json", "vocabulary.txt") if f in names]
     return wanted
+
+
+# --------------------------------------------------------------------------- speaker models
+
+
+@dataclass(frozen=True)
+class SpeakerCatalogEntry:
+    """A speaker-embedding model on the hub: one ONNX file, placed as is (no build step)."""
+
+    id: str
+    repo_id: str
+    onnx_file: str  # the file in the repo
+    folder: str  # the store folder it is installed into
+    size_mb: int
+    good_for: str
+    aliases: tuple[str, ...] = ()
+
+
+SPEAKER_CATALOG: tuple[SpeakerCatalogEntry, ...] = (
+    SpeakerCatalogEntry(
+        "wespeaker",
+        "Wespeaker/wespeaker-voxceleb-resnet34-LM",
+        "voxceleb_resnet34_LM.onnx",
+        "speaker-wespeaker-resnet34",
+        27,
+        "speaker labels: WeSpeaker ResNet34-LM (VoxCeleb), 256-dim embeddings; the default",
+        ("wespeaker-resnet34", "wespeaker-voxceleb-resnet34-LM"),
+    ),
+)
+
+
+def find_speaker_entry(name: str) -> SpeakerCatalogEntry | None:
+    """A speaker catalog entry by id, alias or repo id."""
+    for entry in SPEAKER_CATALOG:
+        if name in (entry.id, entry.repo_id, *entry.aliases):
+            return entry
+    return None
+
+
+def speaker_onnx_file(all_files: list[str], preferred: str | None = None) -> str | None:
+    """The ONNX file of a speaker repo: ``preferred`` when present, else ``onnx/model.onnx``
+    (the onnx-community layout), else the only full-precision ``.onnx`` file."""
+    names = set(all_files)
+    for wanted in (preferred, "onnx/model.onnx", "model.onnx"):
+        if wanted and wanted in names:
+            return wanted
+    reduced = ("quant", "int8", "uint8", "fp16", "q4", "bnb")
+    full = sorted(f for f in names if f.endswith(".onnx") and not any(r in f for r in reduced))
+    return full[0] if len(full) == 1 else None

@@ -93,3 +93,96 @@ def _build(
             f"The disk filled up while building {dest.name}. Anything downloaded is kept: free "
             "some space and run the same command again, it will only build."
         ) from err
+
+
+# --------------------------------------------------------------------------- speaker models
+
+SPEAKER_STARTER_FOLDER = "speaker-resemblyzer"
+SPEAKER_STARTER_HINT = "pip install --no-deps resemblyzer==0.1.4"
+
+
+def install_speaker_starter(root: Path | None = None, overwrite: bool = False) -> Path:
+    """Convert the voice encoder shipped in the resemblyzer wheel into the store (offline).
+
+    ``--no-deps``: resemblyzer depends on torch, which DeskScribe never needs; only its
+    ``pretrained.pt`` is read, by our own torch-free reader.
+    """
+    from ..speakers.convert import convert_resemblyzer, find_resemblyzer_checkpoint
+    from .starter import StarterNotAvailableError
+
+    checkpoint = find_resemblyzer_checkpoint()
+    if checkpoint is None:
+        raise StarterNotAvailableError(
+            f"the speaker starter needs the resemblyzer package; run: {SPEAKER_STARTER_HINT}"
+        )
+    dest = (root or store_dir()) / SPEAKER_STARTER_FOLDER
+    return convert_resemblyzer(checkpoint, dest, name=dest.name, overwrite=overwrite)
+
+
+def install_speaker_model(
+    source: str,
+    *,
+    root: Path | None = None,
+    name: str | None = None,
+    endpoint: str | None = None,
+    overwrite: bool = False,
+    keep_download: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Install a WeSpeaker ONNX model: a speaker catalog id, a hub repo id, or a local
+    ``.onnx`` file. The file is checked (it must run on fbank input) and placed as is."""
+    from ..speakers.convert import install_wespeaker_onnx
+    from .catalog import find_speaker_entry, speaker_onnx_file
+    from .download import DownloadCancelled, OfflineError, download_files, list_repo_files
+
+    root = root or store_dir()
+    report = progress or (lambda stage, done, total: None)
+    entry = find_speaker_entry(source)
+    local = Path(source).expanduser()
+    if entry is None and local.suffix == ".onnx" and local.is_file():
+        dest = root / valid_name(name or f"speaker-{local.stem}")
+        return install_wespeaker_onnx(local, dest, name=dest.name, overwrite=overwrite)
+    repo_id = entry.repo_id if entry else source
+    default = entry.folder if entry else f"speaker-{repo_id.rstrip('/').split('/')[-1]}"
+    dest = root / valid_name(name or default)
+    if dest.exists() and not overwrite:
+        raise FileExistsError(f"{dest} already exists; remove it or pass --overwrite")
+    try:
+        files = [f.path for f in list_repo_files(repo_id, endpoint=endpoint)]
+    except OfflineError as err:
+        reason = str(err).split(". The model has to be")[0]  # drop the Whisper advice
+        raise OfflineError(
+            f"{reason}. For speaker labels without the internet: `deskscribe models "
+            f"install-speaker-starter` ({SPEAKER_STARTER_HINT} first), or pass a downloaded "
+            "WeSpeaker .onnx file to `deskscribe models download --speaker FILE`."
+        ) from err
+    onnx_file = speaker_onnx_file(files, entry.onnx_file if entry else None)
+    if onnx_file is None:
+        raise ValueError(
+            f"{repo_id} holds no single speaker-embedding ONNX file (found: "
+            f"{', '.join(f for f in files if f.endswith('.onnx')) or 'none'})"
+        )
+    cache = root / ".downloads" / repo_id.replace("/", "--")
+    download_files(
+        repo_id,
+        [onnx_file],
+        cache,
+        endpoint=endpoint,
+        cancel=cancel,
+        progress=lambda done, total: report("download", done, total),
+    )
+    if cancel is not None and cancel.is_set():
+        raise DownloadCancelled(f"download of {repo_id} cancelled")
+    report("check", 0.0, 1.0)
+    path = install_wespeaker_onnx(
+        cache / onnx_file,
+        dest,
+        name=dest.name,
+        source_label=f"hf:{repo_id}/{onnx_file}",
+        overwrite=overwrite,
+    )
+    report("check", 1.0, 1.0)
+    if not keep_download:
+        shutil.rmtree(cache, ignore_errors=True)
+    return path

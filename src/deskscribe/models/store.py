@@ -18,6 +18,11 @@ from platformdirs import user_data_dir
 from ..whisper.model import MANIFEST
 
 ENV_DIR = "DESKSCRIBE_MODELS_DIR"
+SPEAKER_TASK = "speaker-embedding"  # the manifest "task" of speaker models (speakers/)
+SPEAKER_INSTALL_HINT = (
+    "`deskscribe models download wespeaker` (needs the internet once) or "
+    "`deskscribe models install-speaker-starter` (offline, from the resemblyzer package)"
+)
 
 
 class ModelNotInstalledError(Exception):
@@ -65,6 +70,8 @@ def list_models(root: Path | None = None) -> list[InstalledModel]:
         try:
             data = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
+            continue
+        if data.get("task") == SPEAKER_TASK:  # speaker models: see list_speaker_models
             continue
         size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
         found.append(
@@ -170,3 +177,70 @@ def verify_model(folder: Path) -> list[str]:
         elif sha256_file(path) != digest:
             problems.append(f"{fname} is damaged (checksum differs)")
     return problems
+
+
+@dataclass
+class InstalledSpeakerModel:
+    name: str
+    path: Path
+    kind: str  # "resemblyzer" or "wespeaker"
+    dim: int
+    size_bytes: int
+    built_at: str
+
+
+def list_speaker_models(root: Path | None = None) -> list[InstalledSpeakerModel]:
+    """Speaker-embedding models in the store (they share it with the Whisper models)."""
+    root = root or store_dir()
+    found: list[InstalledSpeakerModel] = []
+    if not root.is_dir():
+        return found
+    for folder in sorted(root.iterdir()):
+        manifest = folder / MANIFEST
+        if folder.name.startswith(".") or not manifest.is_file():
+            continue
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if data.get("task") != SPEAKER_TASK:
+            continue
+        size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        found.append(
+            InstalledSpeakerModel(
+                folder.name,
+                folder,
+                str(data.get("kind", "?")),
+                int(data.get("embedding_dim", 0)),
+                size,
+                data.get("built_at", ""),
+            )
+        )
+    return found
+
+
+def resolve_speaker_model(name: str | None = None, root: Path | None = None) -> Path:
+    """A speaker model folder from a store name or a path; ``None`` picks WeSpeaker when one
+    is installed, else Resemblyzer (the newest of a kind when there are several)."""
+    models = list_speaker_models(root)
+    if name:
+        for candidate in ((root or store_dir()) / name, Path(name).expanduser()):
+            try:
+                data = json.loads((candidate / MANIFEST).read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                continue
+            if data.get("task") == SPEAKER_TASK:
+                return candidate.resolve()
+        installed = ", ".join(m.name for m in models) or "none"
+        raise ModelNotInstalledError(
+            f"speaker model {name!r} is not installed (installed: {installed}); "
+            f"get one with {SPEAKER_INSTALL_HINT}"
+        )
+    for kind in ("wespeaker", "resemblyzer"):
+        of_kind = [m for m in models if m.kind == kind]
+        if of_kind:
+            return max(of_kind, key=lambda m: m.built_at).path
+    raise ModelNotInstalledError(
+        f"no speaker model is installed in {root or store_dir()}; speaker labels need one: "
+        f"get it with {SPEAKER_INSTALL_HINT}"
+    )

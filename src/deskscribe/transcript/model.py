@@ -16,6 +16,9 @@ from typing import Any
 
 FORMAT_NAME = "deskscribe-transcript"
 FORMAT_VERSION = 1
+# merge_speakers joins same-speaker neighbours at most this far apart (seconds): pieces that
+# diarization cut out of one Whisper segment touch (0 s); separate utterances are further apart.
+JOIN_GAP = 0.05
 
 
 @dataclass
@@ -120,6 +123,50 @@ class Transcript:
         """All segment texts joined by single spaces, without leading/trailing whitespace."""
         return " ".join(t for t in (s.text.strip() for s in self.segments) if t)
 
+    # --- speakers ----------------------------------------------------------------------------
+
+    def speaker_ids(self) -> list[str]:
+        """Speaker ids used by segments or words, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for seg in self.segments:
+            for who in (seg.speaker, *(w.speaker for w in seg.words)):
+                if who is not None:
+                    seen.setdefault(who, None)
+        return list(seen)
+
+    def rename_speaker(self, speaker_id: str, name: str | None) -> None:
+        """Show ``speaker_id`` as ``name`` everywhere (exports included); ``None`` or an empty
+        name goes back to the default. Ids in segments and words stay as they are."""
+        name = (name or "").strip()
+        if name:
+            self.speakers[speaker_id] = name
+        else:
+            self.speakers.pop(speaker_id, None)
+
+    def merge_speakers(self, from_id: str, into_id: str, *, join: bool = True) -> None:
+        """Relabel every segment and word of ``from_id`` as ``into_id`` (one person detected as
+        two). ``into_id`` keeps its name (or takes ``from_id``'s when it has none).
+
+        With ``join``, neighbouring segments that now share the speaker and that diarization
+        had cut out of one Whisper segment (their times touch) are joined again; segment ids
+        are renumbered.
+        """
+        if from_id == into_id:
+            return
+        touched: set[int] = set()
+        for i, seg in enumerate(self.segments):
+            if seg.speaker == from_id:
+                seg.speaker = into_id
+                touched.add(i)
+            for w in seg.words:
+                if w.speaker == from_id:
+                    w.speaker = into_id
+        if into_id not in self.speakers and from_id in self.speakers:
+            self.speakers[into_id] = self.speakers[from_id]
+        self.speakers.pop(from_id, None)
+        if join and touched:
+            self.segments = _join_touching(self.segments, touched)
+
     # --- serialization ---------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,6 +232,47 @@ class Transcript:
         except json.JSONDecodeError as e:
             raise ValueError(f"not a DeskScribe transcript: invalid JSON ({e})") from e
         return cls.from_dict(data)
+
+
+def _join_touching(segments: list[Segment], touched: set[int]) -> list[Segment]:
+    """Join consecutive same-speaker segments whose times touch when one of them is in
+    ``touched``; renumber ids."""
+    out: list[Segment] = []
+    out_touched: list[bool] = []
+    for i, seg in enumerate(segments):
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and seg.speaker is not None
+            and seg.speaker == prev.speaker
+            and (i in touched or out_touched[-1])
+            and seg.start - prev.end <= JOIN_GAP
+        ):
+            out[-1] = _joined(prev, seg)
+            out_touched[-1] = True
+            continue
+        out.append(seg)
+        out_touched.append(i in touched)
+    for k, seg in enumerate(out):
+        seg.id = k
+    return out
+
+
+def _joined(a: Segment, b: Segment) -> Segment:
+    na, nb = max(len(a.tokens), 1), max(len(b.tokens), 1)
+    return Segment(
+        start=a.start,
+        end=max(a.end, b.end),
+        text=a.text + b.text,
+        words=a.words + b.words,
+        speaker=a.speaker,
+        id=a.id,
+        avg_logprob=(a.avg_logprob * na + b.avg_logprob * nb) / (na + nb),
+        no_speech_prob=max(a.no_speech_prob, b.no_speech_prob),
+        compression_ratio=max(a.compression_ratio, b.compression_ratio),
+        temperature=max(a.temperature, b.temperature),
+        tokens=a.tokens + b.tokens,
+    )
 
 
 def _opt_str(value: Any) -> str | None:

@@ -1,0 +1,1 @@
+"""Who spoke when: speaker embeddings, clustering, diarization, names and voice profiles."""

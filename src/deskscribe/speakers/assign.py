@@ -1,0 +1,105 @@
+"""Words to speakers: every word gets the speaker whose turn overlaps it most.
+
+``assign_speakers(transcript, turns)`` takes a ``Diarization`` (or any sequence of turns with
+``start``, ``end`` and ``speaker``) and returns a copy of the transcript in which every word
+and segment carries a speaker id, with segments cut where the speaker changes. Speakers
+``S1``, ``S2``, … without a name get "Speaker 1", "Speaker 2", … as display names.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..transcript import Segment, Transcript, Word
+
+
+class TurnLike(Protocol):
+    start: float
+    end: float
+    speaker: str
+
+
+def _speaker_for(start: float, end: float, turns: Sequence[TurnLike]) -> str | None:
+    """The turn overlapping [start, end] most; the nearest turn when none overlaps."""
+    if not turns:
+        return None
+    best, who = 0.0, None
+    for t in turns:
+        ov = min(t.end, end) - max(t.start, start)
+        if ov > best:
+            best, who = ov, t.speaker
+    if who is not None:
+        return who
+    mid = (start + end) / 2
+    return min(turns, key=lambda t: max(t.start - mid, mid - t.end, 0.0)).speaker
+
+
+def assign_speakers(transcript: Transcript, turns) -> Transcript:
+    """A copy of ``transcript`` with a speaker on every word and segment, segments cut where
+    the speaker changes (ids renumbered). A segment without words gets the speaker of its
+    time span. The tokens of a cut segment stay with its first piece."""
+    turn_list = list(getattr(turns, "turns", turns))
+    out: list[Segment] = []
+    for seg in transcript.segments:
+        if not seg.words:
+            piece = _copy_segment(seg, seg.words, seg.tokens)
+            piece.speaker = _speaker_for(seg.start, seg.end, turn_list)
+            out.append(piece)
+            continue
+        words = [
+            Word(w.start, w.end, w.text, w.probability, _speaker_for(w.start, w.end, turn_list))
+            for w in seg.words
+        ]
+        groups: list[list[Word]] = [[words[0]]]
+        for w in words[1:]:
+            if w.speaker != groups[-1][-1].speaker and w.text.strip():
+                groups.append([w])
+            else:
+                groups[-1].append(w)
+        pieces = [
+            _copy_segment(seg, g, seg.tokens if i == 0 else [], "".join(w.text for w in g))
+            for i, g in enumerate(groups)
+        ]
+        if len(pieces) > 1:
+            pieces[0].start = seg.start
+            pieces[-1].end = max(seg.end, pieces[-1].end)
+            for left, right in itertools.pairwise(pieces):
+                cut = (left.words[-1].end + right.words[0].start) / 2
+                left.end = right.start = round(cut, 3)
+        else:
+            pieces[0].text = seg.text
+        for p in pieces:
+            p.speaker = p.words[0].speaker
+        out += pieces
+    for i, seg in enumerate(out):
+        seg.id = i
+    result = Transcript(
+        segments=out,
+        language=transcript.language,
+        duration=transcript.duration,
+        source=transcript.source,
+        model=transcript.model,
+        speakers=dict(transcript.speakers),
+    )
+    for sid in result.speaker_ids():
+        if sid.startswith("S") and sid[1:].isdigit() and sid not in result.speakers:
+            result.speakers[sid] = f"Speaker {sid[1:]}"
+    return result
+
+
+def _copy_segment(seg: Segment, words, tokens, text: str | None = None) -> Segment:
+    return Segment(
+        start=words[0].start if words else seg.start,
+        end=max(words[-1].end, words[0].start) if words else seg.end,
+        text=seg.text if text is None else text,
+        words=list(words),
+        speaker=seg.speaker,
+        id=seg.id,
+        avg_logprob=seg.avg_logprob,
+        no_speech_prob=seg.no_speech_prob,
+        compression_ratio=seg.compression_ratio,
+        temperature=seg.temperature,
+        tokens=list(tokens),
+    )

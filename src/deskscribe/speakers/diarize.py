@@ -1,0 +1,386 @@
+"""Who spoke when in a file, and which words each speaker said.
+
+``diarize``:
+1. Silero VAD speech regions (pauses of 0.3 s split them);
+2. sliding windows over each region (the encoder's window, 1.6 s for Resemblyzer, half of it
+   as hop) and one embedding per window;
+3. clustering of the reliable windows only: at least ``min_window`` long and without a pause
+   inside (a pause is where one voice may stop and another start; windows mixing two voices
+   formed clusters of their own). Agglomerative by default, with clusters of fewer than
+   ``min_speaker_windows`` windows folded into the nearest real one; then every window,
+   reliable or not, takes the speaker of its nearest centroid;
+4. a speaker per VAD frame from the window whose centre is nearest; each change moved to the
+   quietest frame within ``snap_seconds`` (people pause or breathe when they take over);
+   pieces shorter than ``min_turn`` inside a region given to a neighbour;
+5. turns, with ids ``S1``, ``S2``, … by first appearance, and each speaker's centroid.
+
+``assign_speakers`` (in ``assign.py``, re-exported): every word gets the speaker whose turn
+overlaps it most (the nearest turn when none does), segments cut where the speaker changes.
+
+``diarize_file``: transcribe with word timestamps, diarize, assign: what the CLI and the GUI
+call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from ..audio.vad import FRAME, SAMPLE_RATE, SileroVAD, VadOptions, regions_from_probabilities
+from ..transcript import Transcript
+from . import cluster
+from .assign import assign_speakers
+
+__all__ = [
+    "Diarization",
+    "DiarizationCancelled",
+    "DiarizeOptions",
+    "DiarizedFile",
+    "Turn",
+    "assign_speakers",
+    "diarize",
+    "diarize_file",
+    "parse_speakers",
+    "sliding_windows",
+]
+
+
+class Encoder(Protocol):
+    """What diarization needs of a speaker encoder (``speakers.encoder.SpeakerEncoder``)."""
+
+    window_seconds: float
+
+    def embed_windows(
+        self, audio: np.ndarray, windows: Sequence[tuple[int, int]]
+    ) -> np.ndarray: ...
+
+
+class DiarizationCancelled(Exception):
+    pass
+
+
+class Turn(NamedTuple):
+    start: float
+    end: float
+    speaker: str
+
+
+@dataclass
+class DiarizeOptions:
+    num_speakers: int | None = None  # fixed count (overrides the threshold and the bounds)
+    min_speakers: int | None = None
+    max_speakers: int | None = None
+    threshold: float | None = None  # cosine distance where merging stops (None: the model's)
+    method: str = "agglomerative"  # or "spectral"
+    hop_ratio: float = 0.5  # window hop as a share of the encoder's window
+    min_turn: float = 0.5  # seconds; shorter pieces inside a region go to a neighbour
+    min_window: float = 1.0  # seconds; shorter windows are labelled after clustering
+    min_speaker_windows: int = 3  # a cluster of fewer clustered windows is not a speaker
+    pause_ms: float = 100  # windows with a pause this long inside are labelled afterwards (0: off)
+    refine: bool = True  # relabel every window by its nearest centroid after clustering
+    max_cluster_items: int = 2000  # beyond this, runs of neighbouring windows are averaged
+    snap_seconds: float = 0.5  # move a change point to the quietest VAD frame this close
+    vad: VadOptions = field(
+        default_factory=lambda: VadOptions(min_silence_ms=300, speech_pad_ms=120)
+    )
+
+
+@dataclass
+class Diarization:
+    """Turns in time order, and each speaker's centroid (unit vector) for voice profiles."""
+
+    turns: list[Turn]
+    centroids: dict[str, np.ndarray]
+
+    @property
+    def speakers(self) -> list[str]:
+        return list(self.centroids)
+
+
+Progress = Callable[[str, float, float], None]  # (stage, done, total)
+
+
+def parse_speakers(value: str) -> DiarizeOptions:
+    """``auto``, ``3`` or ``2-4`` (the CLI's ``--speakers``) as options; ValueError otherwise."""
+    text = value.strip().lower()
+    if text in ("", "auto"):
+        return DiarizeOptions()
+    try:
+        if "-" in text:
+            lo, hi = (int(p) for p in text.split("-", 1))
+            if 1 <= lo <= hi:
+                return DiarizeOptions(min_speakers=lo, max_speakers=hi)
+        elif int(text) >= 1:
+            return DiarizeOptions(num_speakers=int(text))
+    except ValueError:
+        pass
+    raise ValueError(f"--speakers {value!r}: use auto, a count such as 2, or a range such as 2-4")
+
+
+# --------------------------------------------------------------------------- diarize
+
+
+def sliding_windows(
+    regions: Sequence[tuple[int, int]], window: int, hop: int
+) -> list[tuple[int, int]]:
+    """Windows of ``window`` samples every ``hop`` over each region; a region shorter than a
+    window is one window; the last window of a region ends at the region's end."""
+    out: list[tuple[int, int]] = []
+    for a, b in regions:
+        if b - a <= window:
+            out.append((a, b))
+            continue
+        starts = list(range(a, b - window + 1, hop))
+        if starts[-1] + window < b:
+            starts.append(b - window)
+        out += [(s, s + window) for s in starts]
+    return out
+
+
+def diarize(
+    audio: np.ndarray,
+    encoder: Encoder,
+    options: DiarizeOptions | None = None,
+    *,
+    vad: SileroVAD | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Diarization:
+    """Speaker turns of 16 kHz mono ``audio`` (see the module docstring)."""
+    opt = options or DiarizeOptions()
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    probs = (vad or SileroVAD()).probabilities(audio)
+    regions = regions_from_probabilities(probs, audio.shape[0], opt.vad)
+    window = round(encoder.window_seconds * SAMPLE_RATE)
+    windows = sliding_windows(regions, window, max(FRAME, int(window * opt.hop_ratio)))
+    if not windows:
+        return Diarization([], {})
+    emb = _embed(audio, encoder, windows, progress, cancel)
+    if opt.threshold is None:
+        opt = dataclasses.replace(
+            opt, threshold=cluster.threshold_for(getattr(encoder, "kind", None))
+        )
+    labels = _cluster(emb, windows, opt, _pause_inside(windows, probs, opt))
+    frame_labels = _frame_labels(regions, windows, labels, probs.shape[0])
+    if opt.snap_seconds > 0:
+        _snap_changes(frame_labels, probs, int(opt.snap_seconds * SAMPLE_RATE / FRAME))
+    _absorb_short(frame_labels, emb, labels, int(opt.min_turn * SAMPLE_RATE / FRAME))
+    turns = _turns(frame_labels, audio.shape[0])
+    # Ids by first appearance of the final turns; centroids from the windows of each label.
+    order = list(dict.fromkeys(int(t[2]) for t in turns))
+    ids = {lab: f"S{i + 1}" for i, lab in enumerate(order)}
+    centroids = {
+        ids[lab]: cluster.normalize(emb[labels == lab].mean(axis=0))
+        for lab in order
+        if np.any(labels == lab)
+    }
+    return Diarization([Turn(a, b, ids[int(lab)]) for a, b, lab in turns], centroids)
+
+
+def _embed(audio, encoder, windows, progress, cancel, batch: int = 64) -> np.ndarray:
+    parts = []
+    for i in range(0, len(windows), batch):
+        if cancel is not None and cancel.is_set():
+            raise DiarizationCancelled("diarization cancelled")
+        parts.append(np.asarray(encoder.embed_windows(audio, windows[i : i + batch])))
+        if progress is not None:
+            progress("speakers", min(i + batch, len(windows)), len(windows))
+    return cluster.normalize(np.concatenate(parts))
+
+
+def _pause_inside(windows, probs: np.ndarray, opt: DiarizeOptions) -> np.ndarray:
+    """Windows holding a pause of at least ``opt.pause_ms`` (VAD frames below the off
+    threshold): where one voice may end and another begin."""
+    run = max(1, round(opt.pause_ms * SAMPLE_RATE / 1000 / FRAME))
+    quiet = (probs < opt.vad.off_threshold).astype(np.int64)
+    out = np.zeros(len(windows), dtype=bool)
+    if run > len(quiet):
+        return out
+    runs = np.convolve(quiet, np.ones(run, dtype=np.int64), mode="valid") >= run  # run starts
+    for i, (a, b) in enumerate(windows):
+        fa, fb = a // FRAME + 1, b // FRAME - run  # keep off the window's own edges
+        out[i] = fb > fa and bool(runs[fa:fb].any())
+    return out
+
+
+def _cluster(
+    emb: np.ndarray, windows: list[tuple[int, int]], opt: DiarizeOptions, paused: np.ndarray
+) -> np.ndarray:
+    """Labels of all windows: clustering on the windows of at least ``min_window`` seconds
+    (short ones carry little voice and stray), then every short window joins the speaker
+    whose centroid is nearest."""
+    lengths = np.array([b - a for a, b in windows], dtype=np.float64) / SAMPLE_RATE
+    full = lengths >= opt.min_window
+    if opt.pause_ms > 0 and (full & ~paused).sum() >= 2:
+        full &= ~paused
+    if full.sum() < 2:
+        full = np.ones(len(windows), dtype=bool)
+    x, weights = emb[full], None
+    if full.sum() > opt.max_cluster_items:
+        # Long files: cluster averages of runs of neighbouring windows (memory is O(n²));
+        # every window is then labelled by its nearest centroid.
+        groups = np.array_split(np.flatnonzero(full), opt.max_cluster_items)
+        x = cluster.normalize(np.array([emb[g].mean(axis=0) for g in groups]))
+        weights = np.array([len(g) for g in groups], dtype=np.float64)
+    if opt.method == "spectral":
+        core = cluster.spectral(x, opt.num_speakers, opt.min_speakers, opt.max_speakers)
+    elif opt.method == "agglomerative":
+        core = cluster.agglomerative(
+            x,
+            threshold=opt.threshold if opt.threshold is not None else cluster.DEFAULT_THRESHOLD,
+            num=opt.num_speakers,
+            min_count=opt.min_speakers,
+            max_count=opt.max_speakers,
+            weights=weights,
+            min_size=opt.min_speaker_windows,
+        )
+    else:
+        raise ValueError(f"unknown clustering method {opt.method!r}")
+    k = int(core.max()) + 1
+    centroids = np.array([cluster.normalize(x[core == j].mean(axis=0)) for j in range(k)])
+    labels = np.argmax(emb @ centroids.T, axis=1)
+    if not opt.refine and weights is None:
+        labels[full] = core
+    return cluster.renumber(labels)
+
+
+def _frame_labels(regions, windows, labels, n_frames: int) -> np.ndarray:
+    """Label of every VAD frame (-1 outside speech): the window whose centre is nearest."""
+    out = np.full(n_frames, -1, dtype=np.int64)
+    centres = np.array([(a + b) / 2 for a, b in windows])
+    starts = np.array([a for a, _ in windows])
+    ends = np.array([b for _, b in windows])
+    for a, b in regions:
+        inside = np.flatnonzero((starts >= a) & (ends <= b))
+        fa, fb = a // FRAME, min(n_frames, -(-b // FRAME))
+        mids = (np.arange(fa, fb) + 0.5) * FRAME
+        nearest = inside[np.argmin(np.abs(mids[:, None] - centres[inside][None, :]), axis=1)]
+        out[fa:fb] = labels[nearest]
+    return out
+
+
+def _snap_changes(frame_labels: np.ndarray, probs: np.ndarray, reach: int) -> None:
+    """Move each speaker change inside a speech region to the least speech-like frame within
+    ``reach`` frames: people leave a short pause (or a breath) when they take over."""
+    changes = np.flatnonzero(
+        (frame_labels[1:] != frame_labels[:-1]) & (frame_labels[1:] >= 0) & (frame_labels[:-1] >= 0)
+    )
+    for c in changes + 1:
+        left, right = int(frame_labels[c - 1]), int(frame_labels[c])
+        lo, hi = max(0, c - reach), min(len(frame_labels), c + reach)
+        # Stay within the two speakers' stretch around this change.
+        while lo < c and frame_labels[lo] != left:
+            lo += 1
+        while hi > c and frame_labels[hi - 1] != right:
+            hi -= 1
+        if hi - lo < 2:
+            continue
+        cut = lo + 1 + int(np.argmin(probs[lo + 1 : hi]))
+        frame_labels[lo:cut] = left
+        frame_labels[cut:hi] = right
+
+
+def _runs(frame_labels: np.ndarray) -> list[tuple[int, int, int]]:
+    """(first frame, end frame, label) of each run of equal labels, speech only."""
+    edges = np.flatnonzero(np.diff(frame_labels)) + 1
+    bounds = [0, *edges.tolist(), len(frame_labels)]
+    return [
+        (a, b, int(frame_labels[a])) for a, b in itertools.pairwise(bounds) if frame_labels[a] >= 0
+    ]
+
+
+def _absorb_short(frame_labels, emb, labels, min_frames: int) -> None:
+    """Runs shorter than ``min_frames`` between two speech neighbours join the neighbour whose
+    speaker is closer to the run's own windows (a speaker change needs time to show)."""
+    if min_frames <= 1:
+        return
+    centroids = {
+        int(lab): cluster.normalize(emb[labels == lab].mean(axis=0)) for lab in np.unique(labels)
+    }
+    for _ in range(3):
+        changed = False
+        for a, b, lab in sorted(_runs(frame_labels), key=lambda r: r[1] - r[0]):
+            if b - a >= min_frames or frame_labels[a] != lab:
+                continue
+            nbrs = []
+            if a > 0 and frame_labels[a - 1] >= 0:
+                nbrs.append(int(frame_labels[a - 1]))
+            if b < len(frame_labels) and frame_labels[b] >= 0:
+                nbrs.append(int(frame_labels[b]))
+            nbrs = [n for n in nbrs if n != lab]
+            if not nbrs:
+                continue  # a whole short utterance on its own: keep it
+            own = centroids[lab]
+            best = max(nbrs, key=lambda n: float(centroids[n] @ own))
+            frame_labels[a:b] = best
+            changed = True
+        if not changed:
+            break
+
+
+def _turns(frame_labels: np.ndarray, n_samples: int) -> list[tuple[float, float, int]]:
+    return [
+        (a * FRAME / SAMPLE_RATE, min(b * FRAME, n_samples) / SAMPLE_RATE, lab)
+        for a, b, lab in _runs(frame_labels)
+    ]
+
+
+# --------------------------------------------------------------------------- files
+
+
+class DiarizedFile(NamedTuple):
+    transcript: Transcript
+    diarization: Diarization
+
+
+def diarize_file(
+    model,
+    path: str | Path,
+    encoder: Encoder,
+    options: DiarizeOptions | None = None,
+    transcribe_options=None,
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> DiarizedFile:
+    """Transcribe ``path`` with word timestamps, diarize it and label every word.
+
+    ``model`` is a ``WhisperModel``; ``transcribe_options`` a ``TranscribeOptions`` (word
+    timestamps are switched on). ``progress(stage, done, total)`` reports ``"transcribe"``
+    in seconds of audio, then ``"speakers"`` in windows embedded.
+    """
+    from ..audio.decode import decode_audio
+    from ..whisper.transcribe import TranscribeOptions, TranscriptionInfo, transcribe_blocks
+
+    audio = decode_audio(path)
+    duration = audio.shape[0] / SAMPLE_RATE
+    topt = dataclasses.replace(transcribe_options or TranscribeOptions(), word_timestamps=True)
+    info = TranscriptionInfo(language=None, duration=duration)
+    block = 30 * SAMPLE_RATE
+    blocks = (audio[i : i + block] for i in range(0, audio.shape[0], block))
+
+    def stage(done: float, total: float) -> None:
+        if progress is not None:
+            progress("transcribe", done, total)
+
+    segments = list(
+        transcribe_blocks(
+            model, blocks, topt, total_seconds=duration, progress=stage, cancel=cancel, info=info
+        )
+    )
+    transcript = Transcript(
+        segments=segments,
+        language=info.language,
+        duration=duration,
+        source=str(path),
+        model=model.name,
+    )
+    result = diarize(audio, encoder, options, progress=progress, cancel=cancel)
+    return DiarizedFile(assign_speakers(transcript, result), result)

@@ -1,0 +1,148 @@
+"""Speaker labels for live sessions, given as words are committed.
+
+Two hints, used together:
+- **the source.** In meeting mode the microphone and system audio are separate tracks. Each
+  word goes to the track that was louder while it was spoken: the microphone is "You";
+- **the voice.** With a speaker encoder, system-audio words (or all words, with one source)
+  are grouped into runs (words closer than ``run_gap`` seconds), each run is embedded from
+  the recorded audio (at least ``min_window`` seconds, reaching back before a short run) and
+  given the nearest running centroid of an :class:`OnlineClusterer`, or a new speaker
+  ("S1", "S2", …). Runs shorter than ``min_update`` seconds of speech are labelled without
+  moving the centroids and never start a speaker (short windows embed badly); a short run
+  that continues the previous one keeps its speaker.
+
+Labels are given once, when words are committed, and never change afterwards: committed text
+is stable. The audio kept for embedding is the last ``keep_seconds`` of each track.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..transcript import Word
+from .cluster import OnlineClusterer, threshold_for
+
+SAMPLE_RATE = 16000
+ENERGY_FRAME = 320  # 20 ms: resolution of the per-track loudness used to attribute words
+YOU, OTHERS = "You", "Others"
+
+
+class _RecentAudio:
+    """The last ``seconds`` of one track, addressed by absolute sample position."""
+
+    def __init__(self, seconds: float) -> None:
+        self.capacity = int(seconds * SAMPLE_RATE)
+        self.data = np.zeros(0, dtype=np.float32)
+        self.end = 0  # absolute position after the last sample
+
+    def append(self, samples: np.ndarray) -> None:
+        self.data = np.concatenate([self.data, samples])[-self.capacity :]
+        self.end += samples.shape[0]
+
+    def slice(self, start: int, stop: int) -> np.ndarray:
+        first = self.end - self.data.shape[0]
+        lo, hi = max(start, first) - first, min(stop, self.end) - first
+        return self.data[lo:hi] if hi > lo else np.zeros(0, dtype=np.float32)
+
+
+class LiveSpeakerLabeller:
+    def __init__(
+        self,
+        tracks: list[str],
+        encoder=None,
+        *,
+        threshold: float | None = None,
+        run_gap: float = 0.35,
+        min_window: float = 1.6,
+        min_update: float = 1.0,
+        keep_seconds: float = 60.0,
+    ) -> None:
+        self.tracks = tracks
+        self.encoder = encoder
+        if threshold is None and encoder is not None:
+            threshold = threshold_for(encoder.kind, online=True)
+        self.clusterer = OnlineClusterer() if threshold is None else OnlineClusterer(threshold)
+        self.run_gap, self.min_window, self.min_update = run_gap, min_window, min_update
+        self._lock = threading.Lock()
+        self._audio = {t: _RecentAudio(keep_seconds) for t in tracks}
+        self._energy: dict[str, list[np.ndarray]] = {t: [] for t in tracks}
+        self._tail = {t: np.zeros(0, np.float32) for t in tracks}
+        self._last: Word | None = None  # the last labelled word
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to label with (two sources, or an encoder)."""
+        return len(self.tracks) > 1 or self.encoder is not None
+
+    def add_audio(self, tracks: dict[str, np.ndarray]) -> None:
+        """Aligned new samples of every track (called by the recorder thread)."""
+        with self._lock:
+            for track, samples in tracks.items():
+                if self.encoder is not None:
+                    self._audio[track].append(samples)
+                if len(self.tracks) > 1:
+                    data = np.concatenate([self._tail[track], samples])
+                    n = data.shape[0] // ENERGY_FRAME
+                    frames = data[: n * ENERGY_FRAME].reshape(n, ENERGY_FRAME)
+                    self._energy[track].append(np.mean(frames.astype(np.float64) ** 2, axis=1))
+                    self._tail[track] = data[n * ENERGY_FRAME :]
+
+    def label(self, words: list[Word]) -> None:
+        """Set ``speaker`` on newly committed words (called by the transcriber thread)."""
+        sources = self._sources(words)
+        runs: list[tuple[str, list[Word]]] = []
+        for w, source in zip(words, sources, strict=True):
+            if runs and runs[-1][0] == source and w.start - runs[-1][1][-1].end <= self.run_gap:
+                runs[-1][1].append(w)
+            else:
+                runs.append((source, [w]))
+        for source, run in runs:
+            if source == "mic":
+                speaker = YOU
+            elif self.encoder is None:
+                speaker = OTHERS
+            else:
+                speaker = self._voice(source, run)
+            for w in run:
+                w.speaker = speaker
+            self._last = run[-1]
+
+    def _sources(self, words: list[Word]) -> list[str]:
+        if len(self.tracks) == 1:
+            return [self.tracks[0]] * len(words)
+        with self._lock:
+            energy = {t: np.concatenate(self._energy[t] or [np.zeros(0)]) for t in self.tracks}
+            for t in self.tracks:
+                self._energy[t] = [energy[t]]
+        out = []
+        for w in words:
+            lo = int(w.start * SAMPLE_RATE) // ENERGY_FRAME
+            hi = max(lo + 1, int(np.ceil(w.end * SAMPLE_RATE / ENERGY_FRAME)))
+            loudness = {t: float(np.sum(energy[t][lo:hi])) for t in self.tracks}
+            out.append(max(loudness, key=loudness.__getitem__))
+        return out
+
+    def _voice(self, track: str, run: list[Word]) -> str:
+        start, end = run[0].start, run[-1].end
+        spoken = end - start
+        last = self._last
+        if (
+            spoken < self.min_update
+            and last is not None
+            and last.speaker not in (None, YOU)
+            and start - last.end <= self.run_gap
+        ):
+            return last.speaker  # a few more words of the same breath
+        lo = int(min(start, end - self.min_window) * SAMPLE_RATE)
+        with self._lock:
+            audio = self._audio[track].slice(max(0, lo), int(end * SAMPLE_RATE))
+        if audio.shape[0] < SAMPLE_RATE // 4:
+            return last.speaker if last is not None and last.speaker else "S1"
+        embedding = self.encoder.embed(audio)
+        sure = spoken >= self.min_update or len(self.clusterer) == 0
+        index = self.clusterer.assign(embedding, update=sure)
+        if index >= len(self.clusterer):  # too short to start a new speaker: nearest known
+            index = int(np.argmax(self.clusterer.similarities(embedding)))
+        return f"S{index + 1}"
