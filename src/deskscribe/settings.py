@@ -15,7 +15,19 @@ from typing import Any
 from platformdirs import user_config_dir
 
 ENV_FILE = "DESKSCRIBE_SETTINGS"
-KNOWN = {"models_dir": "folder where models are stored (default: the user data folder)"}
+KNOWN = {
+    "models_dir": "folder where models are stored (default: the user data folder)",
+    "default_model": "model used by the app when none is chosen (default: the newest installed)",
+    "device": "where the app runs models: auto, cpu or gpu (default: auto)",
+    "language": "language code spoken in recordings, e.g. en (default: detect)",
+    "output_dir": "folder for exported transcripts (default: next to each file)",
+    "output_formats": "formats exported automatically, e.g. txt,srt (default: txt)",
+    "export_automatically": "export each file's transcript when it is done: true or false",
+    "speakers": "label speakers in files: off, auto, or a number of speakers (default: off)",
+    "live_source": "the app's live source: mic, system or both",
+    "live_mic_device": "the microphone the app's live window used last",
+    "live_system_device": "the system-audio source the app's live window used last",
+}
 
 
 def settings_path() -> Path:

@@ -1,0 +1,322 @@
+"""The desktop app: `main()` opens the main window (``deskscribe`` with no arguments).
+
+`MainWindow` holds the pages (Live, Files, Library, Models, Transcript) behind a navigation list,
+accepts dropped files anywhere, remembers its size and layout, and on start offers to restore
+what a crash interrupted, then — with no model installed — the first-run welcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QHBoxLayout,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .. import __version__, settings
+from .context import AppContext
+from .files_panel import FilesPanel
+from .library_panel import LibraryPanel
+from .live_panel import LivePanel
+from .models_panel import ModelsPanel
+from .theme import apply_theme
+from .transcript_view import TranscriptView
+from .workers import cancel_all, run_in_worker
+
+AUTOSTART_ENV = "DESKSCRIBE_GUI_AUTOSTART"  # tests: "system:<device>" starts live recording
+PAGES = ("Live", "Files", "Library", "Models", "Transcript")
+
+
+def icon() -> QIcon:
+    path = resources.files("deskscribe") / "assets" / "icon.png"
+    return QIcon(str(path)) if path.is_file() else QIcon()
+
+
+def window_settings() -> QSettings:
+    """Window geometry and layout, in an INI file next to settings.json."""
+    path = settings.settings_path().with_name("window.ini")
+    return QSettings(str(path), QSettings.Format.IniFormat)
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, ctx: AppContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.setWindowTitle("DeskScribe")
+        self.setWindowIcon(icon())
+        self.setAcceptDrops(True)
+        self._quitting = False
+        self.live_panel = LivePanel(ctx)
+        self.files_panel = FilesPanel(ctx)
+        self.library_panel = LibraryPanel(ctx)
+        self.models_panel = ModelsPanel(ctx)
+        self.transcript_view = TranscriptView(ctx)
+        self.stack = QStackedWidget()
+        pages = (self.live_panel, self.files_panel, self.library_panel, self.models_panel,
+                 self.transcript_view)  # fmt: skip
+        for page in pages:
+            if page.layout() is not None:  # the same breathing room on every page
+                page.layout().setContentsMargins(18, 14, 18, 14)
+            self.stack.addWidget(page)
+        self.nav = QListWidget()
+        self.nav.setObjectName("nav")
+        for name in PAGES:
+            QListWidgetItem(name, self.nav).setSizeHint(QSize(0, 38))
+        self.nav.item(PAGES.index("Transcript")).setHidden(True)  # shown once one is open
+        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        self.nav.setFixedWidth(170)
+        settings_btn = QPushButton("Settings…")
+        settings_btn.setToolTip("Default model, device, language, output folder (Ctrl+,)")
+        settings_btn.clicked.connect(self.open_settings)
+        side = QWidget()
+        side.setObjectName("sidebar")
+        sl = QVBoxLayout(side)
+        sl.setContentsMargins(8, 10, 8, 10)
+        sl.addWidget(self.nav, 1)
+        sl.addWidget(settings_btn)
+        central = QWidget()
+        cl = QHBoxLayout(central)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(0)
+        cl.addWidget(side)
+        cl.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+        self.statusBar().showMessage(f"DeskScribe {__version__}", 4000)
+
+        ctx.status_message.connect(lambda m: self.statusBar().showMessage(m, 8000))
+        ctx.open_transcript.connect(self.show_transcript)
+        self.live_panel.wants_models.connect(lambda: self.go("Models"))
+        self.live_panel.state_changed.connect(self._live_state)
+        self._preload = QTimer(self, singleShot=True, interval=500)
+        self._preload.timeout.connect(self._preload_model)
+        ctx.models_changed.connect(self._preload.start)  # a new default: load it before use
+        self._actions()
+        self.nav.setCurrentRow(0)
+        self._restore_state()
+
+    # ------------------------------------------------------------------ navigation
+
+    def go(self, page: str) -> None:
+        self.nav.setCurrentRow(PAGES.index(page))
+
+    def show_transcript(self, item_id: int) -> None:
+        self.transcript_view.open_item(item_id)
+        self.nav.item(PAGES.index("Transcript")).setHidden(False)
+        self.go("Transcript")
+
+    def _preload_model(self) -> None:
+        if not self.live_panel.busy:
+            self.ctx.preload()
+
+    def _live_state(self, state: str) -> None:
+        mark = {"recording": "  ● REC", "paused": "  ❚❚", "loading": "  …", "stopping": "  …"}
+        self.nav.item(0).setText("Live" + mark.get(state, ""))
+
+    def _actions(self) -> None:
+        def action(text: str, keys: str | QKeySequence, slot) -> QAction:
+            a = QAction(text, self)
+            a.setShortcut(QKeySequence(keys))
+            a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            a.triggered.connect(slot)
+            self.addAction(a)
+            return a
+
+        action("Start / stop live", "Ctrl+R", self._toggle_live)
+        action("Pause live", "Ctrl+P", self.live_panel.toggle_pause)
+        action("Export", "Ctrl+E", self.export_current)
+        action("Add files", "Ctrl+O", self.add_files)
+        action("Settings", "Ctrl+,", self.open_settings)
+        for i, name in enumerate(PAGES[:4]):
+            action(f"Go to {name}", f"Ctrl+{i + 1}", lambda _=False, n=name: self.go(n))
+
+    def _toggle_live(self) -> None:
+        self.go("Live")
+        self.live_panel.toggle()
+
+    def add_files(self) -> None:
+        self.go("Files")
+        self.files_panel.choose_files()
+
+    def export_current(self) -> None:
+        """Ctrl+E: export the transcript on screen (a finished live session opens first)."""
+        view = self.transcript_view
+        if self.stack.currentWidget() is self.live_panel and self.live_panel.item_id is not None:
+            view.loaded.connect(
+                lambda _id: view.export_dialog(), Qt.ConnectionType.SingleShotConnection
+            )
+            self.ctx.open_transcript.emit(self.live_panel.item_id)
+        elif self.stack.currentWidget() is view and view.item_id is not None:
+            view.export_dialog()
+        else:
+            self.ctx.status_message.emit("Open a transcript (Library) to export it")
+
+    def open_settings(self) -> None:
+        from .settings_dialog import SettingsDialog
+
+        dialog = SettingsDialog(self.ctx, self)
+        dialog.open()
+
+    # ------------------------------------------------------------------ drops
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(u.isLocalFile() for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
+        if paths:
+            event.acceptProposedAction()
+            self.go("Files")
+            self.files_panel.add_paths(paths)
+
+    # ------------------------------------------------------------------ state
+
+    def _restore_state(self) -> None:
+        s = window_settings()
+        geometry = s.value("geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1100, 720)
+        state = s.value("state")
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+        page = s.value("page", "Live")
+        if page in PAGES[:4]:
+            self.go(page)
+
+    def save_state(self) -> None:
+        s = window_settings()
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("state", self.saveState())
+        page = PAGES[max(0, self.stack.currentIndex())]
+        s.setValue("page", page if page != "Transcript" else "Library")
+        s.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.live_panel.busy and not self._quitting:
+            answer = QMessageBox.question(
+                self,
+                "Recording in progress",
+                "A live session is still recording. Stop it, save it and quit?\n\n"
+                "(Everything recorded so far is already on disk.)",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                event.ignore()
+                return
+            self._quitting = True
+            event.ignore()
+            if self.live_panel.state == "loading":
+                self.live_panel.cancel_start()
+                QTimer.singleShot(0, self.close)
+            else:  # close once the last words are committed and the session is in the library
+                self.live_panel.session_closed.connect(self.close)
+                self.live_panel.stop()
+            return
+        self.transcript_view.flush()
+        self.save_state()
+        self.files_panel.cancel_all()
+        cancel_all(timeout=3.0)
+        event.accept()
+
+    # ------------------------------------------------------------------ start-up
+
+    def start_up(self) -> None:
+        """Look for interrupted work (worker thread), then offer recovery and the first run."""
+        from .recovery import look_for_interrupted
+
+        run_in_worker(
+            look_for_interrupted,
+            self.ctx.library,
+            on_done=self._found_interrupted,
+            on_error=lambda e: self._after_recovery(),
+        )
+
+    def _found_interrupted(self, found) -> None:
+        from .recovery import RecoveryDialog
+
+        if not found.sessions and not found.jobs:
+            self._after_recovery()
+            return
+        dialog = RecoveryDialog(self.ctx, found, self)
+        dialog.restored.connect(self._restored)
+        dialog.finished.connect(lambda _r: self._after_recovery())
+        self.recovery_dialog = dialog
+        dialog.open()
+
+    def _restored(self, item_ids: list, jobs: list) -> None:
+        if jobs:
+            self.files_panel.resume_jobs(jobs)
+        if item_ids:
+            self.ctx.library_changed.emit()
+            self.ctx.open_transcript.emit(item_ids[0])
+        elif jobs:
+            self.go("Files")
+
+    def _after_recovery(self) -> None:
+        from ..models.store import list_models
+
+        run_in_worker(list_models, on_done=self._models_listed, on_error=lambda e: None)
+
+    def _models_listed(self, models: list) -> None:
+        if models:
+            self.ctx.preload()
+        elif not os.environ.get(AUTOSTART_ENV):
+            from .first_run import FirstRunDialog
+
+            self.first_run = FirstRunDialog(self.ctx, self)
+            self.first_run.open()
+        self._autostart()
+
+    def _autostart(self) -> None:
+        """Test hook: ``DESKSCRIBE_GUI_AUTOSTART=system:<device>`` starts recording at once."""
+        spec = os.environ.get(AUTOSTART_ENV)
+        if not spec:
+            return
+        source, _, device = spec.partition(":")
+
+        def go() -> None:
+            self.live_panel.set_source(source)
+            if device:
+                self.live_panel.select_device("mic" if source == "mic" else "system", device)
+            self.go("Live")
+            self.live_panel.start()
+
+        if self.live_panel.devices_known:
+            go()
+        else:
+            self.live_panel.devices_ready.connect(go, Qt.ConnectionType.SingleShotConnection)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(argv or [])
+    app = QApplication.instance() or QApplication([sys.argv[0], *argv])
+    app.setApplicationName("DeskScribe")
+    app.setOrganizationName("DeskScribe")
+    app.setApplicationVersion(__version__)
+    app.setWindowIcon(icon())
+    apply_theme(app)
+    ctx = AppContext()
+    window = MainWindow(ctx)
+    window.show()
+    QTimer.singleShot(0, window.start_up)
+    code = app.exec()
+    with contextlib.suppress(Exception):
+        ctx.library.close()
+    return code

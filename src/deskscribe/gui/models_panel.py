@@ -1,0 +1,371 @@
+"""The Models page: installed models (default, verify, delete, show folder) and the catalog
+(sizes, what each is good for, download with progress and cancel), plus the offline starter."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..models.catalog import CATALOG, SPEAKER_CATALOG
+from .context import AppContext
+from .model_jobs import InstallJob, speaker_starter_available, starter_available
+from .widgets import Banner, heading, muted
+from .workers import run_in_worker
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def _table(headers: list[str]) -> QTableWidget:
+    t = QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.verticalHeader().hide()
+    t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    t.setAlternatingRowColors(True)
+    t.setWordWrap(False)
+    h = t.horizontalHeader()
+    h.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    h.setStretchLastSection(True)
+    return t
+
+
+@dataclass
+class Installed:
+    name: str
+    path: Path
+    speaker: bool  # a speaker-embedding model (speaker labels), not a Whisper model
+    kind: str  # variant (fp32, int8…) or speaker model kind
+    languages: str
+    size_bytes: int
+    built_at: str
+
+
+def scan_models(ctx: AppContext):
+    """Installed models, the store folder and the recommendation (worker thread)."""
+    from ..models.hardware import detect, recommend
+    from ..models.store import list_models, list_speaker_models, store_dir
+
+    found = [
+        Installed(m.name, m.path, False, m.variant, "many" if m.multilingual else "English",
+                  m.size_bytes, m.built_at)
+        for m in list_models()
+    ] + [
+        Installed(m.name, m.path, True, m.kind, "any", m.size_bytes, m.built_at)
+        for m in list_speaker_models()
+    ]  # fmt: skip
+    return found, store_dir(), recommend(detect()), ctx.get("default_model")
+
+
+class ModelsPanel(QWidget):
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.ctx = ctx
+        self.installed: list = []
+        self.store: Path | None = None
+        self.default: str | None = None
+        self.variant = "int8"
+        self.job: InstallJob | None = None
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(18, 14, 18, 14)
+        lay.addWidget(heading("Models"))
+        self.where = muted("")
+        self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.where)
+        self.banner = Banner()
+        lay.addWidget(self.banner)
+
+        lay.addWidget(heading("Installed", 1.1))
+        self.table = _table(["Model", "Used for", "Languages", "Size", ""])
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        lay.addWidget(self.table, 1)
+        row = QHBoxLayout()
+        self.default_btn = QPushButton("Use by default")
+        self.default_btn.setToolTip("Live sessions and new files use this model")
+        self.default_btn.clicked.connect(self.make_default)
+        self.verify_btn = QPushButton("Verify")
+        self.verify_btn.setToolTip(
+            "Check every file against the checksum recorded when it was built"
+        )
+        self.verify_btn.clicked.connect(self.verify)
+        self.delete_btn = QPushButton("Delete…")
+        self.delete_btn.clicked.connect(self.delete)
+        self.reveal_btn = QPushButton("Show folder")
+        self.reveal_btn.clicked.connect(self.reveal)
+        for b in (self.default_btn, self.verify_btn, self.delete_btn):
+            row.addWidget(b)
+        row.addStretch(1)
+        row.addWidget(self.reveal_btn)
+        lay.addLayout(row)
+
+        lay.addWidget(heading("Available to download", 1.1))
+        self.recommendation = muted("")
+        lay.addWidget(self.recommendation)
+        self.catalog = _table(["Model", "Download", "Languages", "Good for", "Runs well on"])
+        self.catalog.itemSelectionChanged.connect(self._update_buttons)
+        self.catalog.doubleClicked.connect(lambda _i: self.download())
+        lay.addWidget(self.catalog, 3)
+        row = QHBoxLayout()
+        self.download_btn = QPushButton("Download")
+        self.download_btn.clicked.connect(self.download)
+        self.starter_btn = QPushButton("Install offline starter")
+        ok, why = starter_available()
+        self.starter_btn.setEnabled(ok)
+        self.starter_btn.setToolTip(f"{why}, from files already on this computer" if ok else why)
+        self.starter_btn.clicked.connect(self.install_starter)
+        self.speaker_btn = QPushButton("Install offline speaker model")
+        ok, why = speaker_starter_available()
+        self.speaker_btn.setToolTip(f"For speaker labels: {why}" if ok else why)
+        self.speaker_btn.clicked.connect(self.install_speaker_starter)
+        row.addWidget(self.download_btn)
+        row.addWidget(self.starter_btn)
+        row.addWidget(self.speaker_btn)
+        row.addStretch(1)
+        lay.addLayout(row)
+
+        self.job_box = QWidget()
+        jl = QHBoxLayout(self.job_box)
+        jl.setContentsMargins(0, 0, 0, 0)
+        self.job_text = muted("", wrap=True)
+        self.bar = QProgressBar()
+        self.bar.setTextVisible(False)
+        self.bar.setMaximumWidth(260)
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.clicked.connect(self.cancel)
+        jl.addWidget(self.job_text, 1)
+        jl.addWidget(self.bar)
+        jl.addWidget(self.cancel_btn)
+        self.job_box.hide()
+        lay.addWidget(self.job_box)
+        ctx.models_changed.connect(self.refresh)
+        self._update_buttons()
+        self.refresh()
+
+    # ------------------------------------------------------------------ listing
+
+    def refresh(self) -> None:
+        run_in_worker(scan_models, self.ctx, on_done=self._show, on_error=self._scan_failed)
+
+    def _scan_failed(self, exc: BaseException) -> None:
+        self.banner.show_message(f"Could not list the models: {exc}", "error")
+
+    def _show(self, found) -> None:
+        self.installed, self.store, rec, self.default = found
+        self.variant = rec.variant
+        speech = [m for m in self.installed if not m.speaker]
+        newest = max(speech, key=lambda m: m.built_at).name if speech else None
+        in_use = self.default if any(m.name == self.default for m in speech) else newest
+        self.where.setText(f"Models are kept in {self.store}")
+        self.table.setRowCount(len(self.installed))
+        for r, m in enumerate(self.installed):
+            use = f"speaker labels ({m.kind})" if m.speaker else f"transcription ({m.kind})"
+            cells = [m.name, use, m.languages, _size(m.size_bytes),
+                     "★ default" if m.name == in_use else ""]  # fmt: skip
+            for c, text in enumerate(cells):
+                self.table.setItem(r, c, QTableWidgetItem(text))
+        if not speech:
+            self.banner.show_message(
+                "No model is installed yet. Download one below (the recommended one is marked), "
+                "or install the offline starter model.",
+                "info",
+            )
+        elif self.banner.kind == "info":
+            self.banner.hide()
+        installed_ids = {m.name.rsplit("-", 1)[0] for m in speech}
+        installed_ids |= {m.name for m in self.installed if m.speaker}
+        self.recommendation.setText(f"Recommended here: {rec.model} ({rec.variant}). {rec.reason}")
+        rows = [(e.id, e.id in installed_ids, e.id == rec.model,
+                 [f"{e.size_mb:,} MB", "100" if e.multilingual else "English", e.good_for,
+                  e.hardware], f"{e.repo_id} · {e.parameters_m} M parameters", False)
+                for e in CATALOG]  # fmt: skip
+        rows += [(e.id, e.folder in installed_ids, False,
+                  [f"{e.size_mb:,} MB", "any", e.good_for, "any computer"], e.repo_id, True)
+                 for e in SPEAKER_CATALOG]  # fmt: skip
+        self.catalog.setRowCount(len(rows))
+        for r, (model_id, have, recommended, cells, tip, speaker) in enumerate(rows):
+            name = model_id + ("  ✓ installed" if have else "")
+            name += "  — recommended" if recommended else ""
+            for c, text in enumerate([name, *cells]):
+                item = QTableWidgetItem(text)
+                item.setData(Qt.ItemDataRole.UserRole, (model_id, speaker))
+                item.setToolTip(tip)
+                self.catalog.setItem(r, c, item)
+        self._update_buttons()
+
+    def selected_model(self):
+        rows = self.table.selectionModel().selectedRows()
+        return (
+            self.installed[rows[0].row()] if rows and rows[0].row() < len(self.installed) else None
+        )
+
+    def selected_entry(self) -> tuple[str, bool] | None:
+        """(catalog id, is a speaker model) of the selected catalog row."""
+        rows = self.catalog.selectionModel().selectedRows()
+        return self.catalog.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole) if rows else None
+
+    def select_entry(self, model_id: str) -> None:
+        for r in range(self.catalog.rowCount()):
+            if self.catalog.item(r, 0).data(Qt.ItemDataRole.UserRole)[0] == model_id:
+                self.catalog.selectRow(r)
+
+    def _update_buttons(self) -> None:
+        model = self.selected_model()
+        busy = self.job is not None and self.job.running
+        for b in (self.verify_btn, self.delete_btn):
+            b.setEnabled(model is not None and not busy)
+        self.default_btn.setEnabled(model is not None and not model.speaker and not busy)
+        self.download_btn.setEnabled(self.selected_entry() is not None and not busy)
+        self.starter_btn.setEnabled(not busy and starter_available()[0])
+        self.speaker_btn.setEnabled(not busy and speaker_starter_available()[0])
+
+    # ------------------------------------------------------------------ installed models
+
+    def make_default(self) -> None:
+        m = self.selected_model()
+        if m is not None:
+            run_in_worker(self.ctx.set, "default_model", m.name,
+                          on_done=lambda _r: self.ctx.status_message.emit(f"{m.name} is now the default"))  # fmt: skip
+
+    def verify(self) -> None:
+        from ..models.store import verify_model
+
+        m = self.selected_model()
+        if m is None:
+            return
+        self._show_job(f"Verifying {m.name}…", -1.0, cancellable=False)
+        run_in_worker(
+            verify_model, m.path,
+            on_done=lambda problems: self._verified(m.name, problems),
+            on_error=lambda e: self._verify_failed(f"Could not verify {m.name}: {e}"),
+        )  # fmt: skip
+
+    def _verified(self, name: str, problems: list[str]) -> None:
+        self.job_box.hide()
+        if problems:
+            self.banner.show_message(
+                f"{name} has problems: {'; '.join(problems)}. Delete it and download it again.",
+                "error",
+            )
+        else:
+            self.banner.show_message(f"{name} is intact: every file matches its checksum.", "info")
+
+    def _verify_failed(self, message: str) -> None:
+        self.job_box.hide()
+        self.banner.show_message(message, "error")
+
+    def delete(self) -> None:
+        m = self.selected_model()
+        if m is None:
+            return
+        answer = QMessageBox.question(
+            self,
+            "Delete model",
+            f"Delete {m.name} ({_size(m.size_bytes)}) from this computer?\n\n"
+            "Transcripts made with it are kept. You can download it again later.",
+        )
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        from ..models.store import remove_model
+
+        self.ctx.forget_models(m.path)
+        run_in_worker(
+            remove_model, m.name,
+            on_done=lambda _p: (self.ctx.models_changed.emit(),
+                                self.ctx.status_message.emit(f"{m.name} deleted")),
+            on_error=lambda e: self.banner.show_message(f"Could not delete {m.name}: {e}", "error"),
+        )  # fmt: skip
+
+    def reveal(self) -> None:
+        from ..models.store import reveal_command
+
+        m = self.selected_model()
+        target = m.path if m is not None else self.store
+        if target is None:
+            return
+        try:
+            subprocess.Popen(reveal_command(target))
+        except OSError as err:
+            self.banner.show_message(
+                f"Could not open the file manager ({err}). The folder is {target}", "warning"
+            )
+
+    # ------------------------------------------------------------------ installing
+
+    def download(self) -> None:
+        entry = self.selected_entry()
+        if entry:
+            model_id, speaker = entry
+            kind = "speaker" if speaker else "speech"
+            self._run(InstallJob(self.ctx, model_id, self.variant, kind=kind, label=model_id))
+
+    def install_starter(self) -> None:
+        self._run(InstallJob(self.ctx, None, "int8", kind="starter", label="the starter model"))
+
+    def install_speaker_starter(self) -> None:
+        label = "the offline speaker model"
+        self._run(InstallJob(self.ctx, None, kind="speaker-starter", label=label))
+
+    def _run(self, job: InstallJob) -> None:
+        self.job = job
+        job.setParent(self)
+        job.progress.connect(lambda text, f: self._show_job(text, f))
+        job.finished.connect(self._installed)
+        job.failed.connect(self._job_failed)
+        job.cancelled.connect(self._job_cancelled)
+        self.banner.hide()
+        job.start()
+        self._update_buttons()
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.cancel_btn.setEnabled(False)
+
+    def _show_job(self, text: str, fraction: float, cancellable: bool = True) -> None:
+        self.job_box.show()
+        self.job_text.setText(text)
+        self.cancel_btn.setVisible(cancellable)
+        if fraction < 0:
+            self.bar.setRange(0, 0)
+        else:
+            self.bar.setRange(0, 1000)
+            self.bar.setValue(int(fraction * 1000))
+
+    def _installed(self, path: Path) -> None:
+        self.job_box.hide()
+        self.cancel_btn.setEnabled(True)
+        self.banner.show_message(f"{path.name} is installed and ready.", "info")
+        self._update_buttons()
+
+    def _job_failed(self, message: str) -> None:
+        self.job_box.hide()
+        self.cancel_btn.setEnabled(True)
+        job = self.job
+        retry = (lambda: self._run(job.again())) if job is not None else None
+        self.banner.show_message(message, "error", "Retry" if retry else None, retry)
+        self._update_buttons()
+
+    def _job_cancelled(self) -> None:
+        self.job_box.hide()
+        self.cancel_btn.setEnabled(True)
+        self.banner.show_message(
+            "Cancelled. What was downloaded is kept: Download goes on from there.", "info"
+        )
+        self._update_buttons()

@@ -1,0 +1,161 @@
+"""Settings: default model, device, language, where and how transcripts are exported.
+
+Values live in the same settings file as ``deskscribe config`` uses; they are written on a
+worker thread when the user presses Save.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..transcript.export import FORMATS
+from .context import DEVICE_CHOICES, AppContext
+from .widgets import LanguageCombo, heading, muted
+from .workers import run_in_worker
+
+FORMAT_LABELS = {"txt": "Text", "srt": "SRT", "vtt": "WebVTT", "json": "JSON", "md": "Markdown",
+                 "csv": "CSV", "docx": "Word"}  # fmt: skip
+
+
+def _choices():
+    """Installed model names and whether a GPU provider exists (worker thread)."""
+    from ..models.store import list_models
+    from ..whisper.runtime import CPU, available_providers
+
+    return [m.name for m in list_models()], any(p != CPU for p in available_providers())
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.ctx = ctx
+        self.setWindowTitle("Settings")
+        self.setMinimumWidth(600)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(20, 16, 20, 16)
+        lay.addWidget(heading("Settings", 1.3))
+        form = QFormLayout()
+
+        self.model = QComboBox()
+        self.model.addItem("Newest installed", None)
+        self.model.setToolTip("Used by live sessions, and by files unless the queue says otherwise")
+        form.addRow("Default model", self.model)
+        self.device = QComboBox()
+        for key, label in DEVICE_CHOICES.items():
+            self.device.addItem(label, key)
+        self.device.setCurrentIndex(max(0, self.device.findData(ctx.get("device", "auto"))))
+        self.device.setToolTip("Automatic uses the GPU when ONNX Runtime has one, else the CPU")
+        form.addRow("Run models on", self.device)
+        self.language = LanguageCombo()
+        self.language.set_code(ctx.get("language"))
+        form.addRow("Language", self.language)
+
+        self.speakers = QComboBox()
+        self.speakers.addItem("Don't label speakers", "off")
+        self.speakers.addItem("Detect how many", "auto")
+        for n in range(2, 9):
+            self.speakers.addItem(f"{n} speakers", str(n))
+        self.speakers.setCurrentIndex(
+            max(0, self.speakers.findData(str(ctx.get("speakers", "off"))))
+        )
+        form.addRow("Speakers in files", self.speakers)
+
+        folder_row = QHBoxLayout()
+        self.output_dir = QLineEdit(ctx.get("output_dir") or "")
+        self.output_dir.setPlaceholderText("Next to each file")
+        browse = QPushButton("Choose…")
+        browse.clicked.connect(self._browse)
+        folder_row.addWidget(self.output_dir, 1)
+        folder_row.addWidget(browse)
+        form.addRow("Save exports in", folder_row)
+        formats_row = QGridLayout()
+        chosen = set(ctx.get_list("output_formats", ["txt"]))
+        self.formats: dict[str, QCheckBox] = {}
+        for i, fmt in enumerate(FORMATS):
+            box = QCheckBox(FORMAT_LABELS.get(fmt, fmt))
+            box.setChecked(fmt in chosen)
+            self.formats[fmt] = box
+            formats_row.addWidget(box, i // 4, i % 4)
+        form.addRow("Export as", formats_row)
+        self.automatic = QCheckBox("Export each file automatically when it is done")
+        self.automatic.setChecked(ctx.get_bool("export_automatically"))
+        form.addRow("", self.automatic)
+        lay.addLayout(form)
+        lay.addWidget(muted("The light or dark look follows your operating system's setting."))
+
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.save)
+        buttons.rejected.connect(self.reject)
+        self.save_btn = buttons.button(QDialogButtonBox.StandardButton.Save)
+        lay.addWidget(buttons)
+        run_in_worker(_choices, on_done=self._filled, on_error=lambda e: None)
+
+    def _filled(self, found) -> None:
+        names, has_gpu = found
+        current = self.ctx.get("default_model")
+        for name in names:
+            self.model.addItem(name, name)
+        if current and current not in names:
+            self.model.addItem(f"{current} (not installed)", current)
+        self.model.setCurrentIndex(max(0, self.model.findData(current)))
+        gpu = self.device.findData("gpu")
+        if not has_gpu:
+            item = self.device.model().item(gpu)
+            item.setEnabled(False)
+            item.setToolTip(
+                "No GPU provider in this ONNX Runtime (install deskscribe[cuda] or [directml])"
+            )
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Save exported transcripts in",
+                                                  self.output_dir.text())  # fmt: skip
+        if folder:
+            self.output_dir.setText(folder)
+
+    def values(self) -> dict:
+        formats = ",".join(f for f, box in self.formats.items() if box.isChecked())
+        return {
+            "default_model": self.model.currentData(),
+            "device": self.device.currentData(),
+            "language": self.language.code(),
+            "speakers": self.speakers.currentData(),
+            "output_dir": self.output_dir.text().strip() or None,
+            "output_formats": formats or None,
+            "export_automatically": self.automatic.isChecked(),
+        }
+
+    def save(self) -> None:
+        values = self.values()
+        self.save_btn.setEnabled(False)
+
+        def write() -> None:
+            for key, value in values.items():
+                if self.ctx.get(key) != value:
+                    self.ctx.set(key, value)
+
+        run_in_worker(write, on_done=self._saved, on_error=self._failed)
+
+    def _saved(self, _result: object) -> None:
+        self.ctx.status_message.emit("Settings saved")
+        self.accept()
+
+    def _failed(self, exc: BaseException) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        self.save_btn.setEnabled(True)
+        QMessageBox.warning(self, "Settings not saved", f"The settings could not be saved: {exc}")

