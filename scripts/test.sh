@@ -32,10 +32,18 @@ fi
 echo "== installing deskscribe[cpu,test]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[cpu,test]"
+# The speaker test model: only resemblyzer's pretrained.pt is read (by our own reader); its
+# dependencies include torch, which DeskScribe never installs.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4
 
 echo "== ruff"
-.venv/bin/ruff check src tests bench
-.venv/bin/ruff format --check src tests bench
+.venv/bin/ruff check src tests bench tools
+.venv/bin/ruff format --check src tests bench tools
+
+if [ -z "${DESKSCRIBE_SKIP_BUNDLE:-}" ] && command -v dpkg-deb >/dev/null 2>&1; then
+  echo "== Linux bundle and .deb (installers/linux/build.sh; DESKSCRIBE_SKIP_BUNDLE=1 skips)"
+  PYTHON=.venv/bin/python bash installers/linux/build.sh
+fi
 
 echo "== pytest"
 export QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}"

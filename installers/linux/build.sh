@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Build the Linux bundle (PyInstaller onedir) and a .deb from it.
+#   bash installers/linux/build.sh            -> build/dist/deskscribe/, build/deskscribe_<ver>_amd64.deb
+# Uses the project's .venv (or $PYTHON) with DeskScribe installed; installs PyInstaller there.
+# The .deb installs the bundle in /opt/deskscribe, `deskscribe` in /usr/bin, a desktop entry
+# that opens audio and video files, and the icon; it needs no Python on the target machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY="${PYTHON:-.venv/bin/python}"
+"$PY" -c "import PyInstaller" 2>/dev/null || "$PY" -m pip install -q --disable-pip-version-check "pyinstaller>=6.5"
+
+echo "== PyInstaller"
+"$PY" -m PyInstaller --noconfirm --log-level WARN \
+  --distpath build/dist --workpath build/pyinstaller installers/pyinstaller/deskscribe.spec
+
+# Debug symbols out (libpython 23 -> 6 MB, PyAV's modules, tokenizers, ...); numpy's libraries
+# are left alone: stripped, its OpenBLAS no longer loads.
+find build/dist/deskscribe/_internal -type f -name "*.so*" ! -path "*numpy*" \
+  -exec strip --strip-unneeded {} + 2>/dev/null || true
+echo "== self-test of the bundle"
+DESKSCRIBE_MODELS_DIR="$(mktemp -d)" build/dist/deskscribe/deskscribe-cli --self-test
+
+VERSION="$("$PY" -c 'import deskscribe; print(deskscribe.__version__)')"
+ARCH="$(dpkg --print-architecture 2>/dev/null || echo amd64)"
+PKG="build/deb/deskscribe_${VERSION}_${ARCH}"
+echo "== .deb ($PKG)"
+rm -rf "$PKG"
+mkdir -p "$PKG/DEBIAN" "$PKG/opt" "$PKG/usr/bin" "$PKG/usr/share/applications" \
+  "$PKG/usr/share/icons/hicolor/256x256/apps"
+cp -a build/dist/deskscribe "$PKG/opt/deskscribe"
+ln -s /opt/deskscribe/deskscribe-cli "$PKG/usr/bin/deskscribe"
+install -m 644 installers/linux/deskscribe.desktop "$PKG/usr/share/applications/deskscribe.desktop"
+install -m 644 src/deskscribe/assets/icon.png "$PKG/usr/share/icons/hicolor/256x256/apps/deskscribe.png"
+SIZE_KB="$(du -sk "$PKG" | cut -f1)"
+cat > "$PKG/DEBIAN/control" <<CONTROL
+Package: deskscribe
+Version: ${VERSION}
+Architecture: ${ARCH}
+Maintainer: DeskScribe developers <maintainers@deskscribe.invalid>
+Installed-Size: ${SIZE_KB}
+Depends: libc6, libportaudio2, libasound2-plugins, libpulse0, libegl1, libgl1, libfontconfig1, libdbus-1-3, libxkbcommon-x11-0, libxcb-cursor0, libxcb-icccm4, libxcb-keysyms1, libxcb-render-util0
+Section: sound
+Priority: optional
+Homepage: https://github.com/deskscribe/deskscribe
+Description: private, fast transcription on your own computer
+ Transcribes recordings, videos and live meetings (microphone and system audio) with
+ Whisper on ONNX Runtime, with speaker labels, without sending anything anywhere.
+CONTROL
+cat > "$PKG/DEBIAN/postinst" <<'POSTINST'
+#!/bin/sh
+set -e
+command -v update-desktop-database >/dev/null 2>&1 && update-desktop-database -q /usr/share/applications || true
+command -v gtk-update-icon-cache >/dev/null 2>&1 && gtk-update-icon-cache -q /usr/share/icons/hicolor || true
+exit 0
+POSTINST
+chmod 755 "$PKG/DEBIAN/postinst"
+dpkg-deb --root-owner-group --build "$PKG" "build/deskscribe_${VERSION}_${ARCH}.deb" >/dev/null
+echo "bundle: build/dist/deskscribe ($(du -sh build/dist/deskscribe | cut -f1))"
+echo "package: build/deskscribe_${VERSION}_${ARCH}.deb ($(du -sh "build/deskscribe_${VERSION}_${ARCH}.deb" | cut -f1))"
