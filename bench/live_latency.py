@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,7 @@ import numpy as np
 from common import DEFAULT_CACHE, ROOT, built_model, ct2_checkpoint, machine_line, normalize, wer
 
 sys.path.insert(0, str(ROOT / "tests"))
+from conversations import clip_offset, write_wav
 from pulse import PulseServer
 
 SR = 16000
@@ -50,15 +50,6 @@ SENTENCES = [
     ("en-us+f2", "Agreed. I will update the settings page and the documentation."),
     ("en-gb", "That's everything for today, thank you all and see you next week."),
 ]
-
-
-def write_wav(path: Path, audio: np.ndarray) -> None:
-    pcm = np.clip(np.rint(audio * 32767), -32768, 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SR)
-        w.writeframes(pcm.tobytes())
 
 
 def make_conversation(folder: Path, count: int) -> tuple[Path, str]:
@@ -109,19 +100,6 @@ class Watcher:
                         self.seen.append((now, "committed", normalize(w.text), w.start))
             elif isinstance(event, Levels):
                 self.behind.append(event.behind)
-
-
-def clip_offset(recorded: np.ndarray, clip: np.ndarray) -> float:
-    """Where the clip starts in the recording (s), by cross-correlating their envelopes."""
-
-    def env(x: np.ndarray) -> np.ndarray:
-        n = x.shape[0] // 160
-        return np.sqrt(np.mean(x[: n * 160].reshape(n, 160) ** 2, axis=1))
-
-    a, b = env(recorded), env(clip)
-    size = 1 << int(np.ceil(np.log2(a.shape[0] + b.shape[0])))
-    corr = np.fft.irfft(np.fft.rfft(a, size) * np.conj(np.fft.rfft(b, size)), size)
-    return int(np.argmax(corr[: a.shape[0]])) * 160 / SR
 
 
 def delays(watch: Watcher, ref: list, play_wall: float, offset: float) -> dict[str, list[float]]:

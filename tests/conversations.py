@@ -238,7 +238,8 @@ def build(
     )
 
 
-def write_wav(path: Path, audio: np.ndarray) -> None:
+def write_wav(path: Path, audio: np.ndarray) -> Path:
+    """16-bit mono WAV at 16 kHz, written atomically; returns ``path``."""
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
     tmp = path.with_suffix(".tmp")
     with wave.open(str(tmp), "wb") as w:
@@ -247,6 +248,21 @@ def write_wav(path: Path, audio: np.ndarray) -> None:
         w.setframerate(SAMPLE_RATE)
         w.writeframes(pcm.tobytes())
     tmp.replace(path)
+    return path
+
+
+def clip_offset(recorded: np.ndarray, clip: np.ndarray) -> float:
+    """Where ``clip`` starts in ``recorded`` (s), from their 10 ms loudness envelopes
+    (for speech played into a sink and captured from its monitor)."""
+
+    def envelope(x: np.ndarray) -> np.ndarray:
+        n = x.shape[0] // 160
+        return np.sqrt(np.mean(x[: n * 160].reshape(n, 160) ** 2, axis=1))
+
+    a, b = envelope(recorded), envelope(clip)
+    size = 1 << int(np.ceil(np.log2(a.shape[0] + b.shape[0])))
+    corr = np.fft.irfft(np.fft.rfft(a, size) * np.conj(np.fft.rfft(b, size)), size)
+    return int(np.argmax(corr[: a.shape[0]])) * 160 / SAMPLE_RATE
 
 
 def read_wav(path: Path) -> np.ndarray:

@@ -54,8 +54,9 @@ def store(tmp_path, tiny_fp32) -> Path:
     return folder
 
 
-def frozen(args: list[str], store: Path, tmp_path: Path, exe: Path = EXE, **env: str):
-    environ = {
+def frozen_env(store: Path, tmp_path: Path, **env: str) -> dict[str, str]:
+    """A bare environment, as a user's: no venv on PATH, a fresh home and data folder."""
+    return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
         "DESKSCRIBE_MODELS_DIR": str(store),
@@ -63,8 +64,15 @@ def frozen(args: list[str], store: Path, tmp_path: Path, exe: Path = EXE, **env:
         "DESKSCRIBE_SETTINGS": str(tmp_path / "settings.json"),
         **env,
     }
+
+
+def frozen(args: list[str], store: Path, tmp_path: Path, exe: Path = EXE):
     return subprocess.run(
-        [str(exe), *args], env=environ, capture_output=True, text=True, timeout=300
+        [str(exe), *args],
+        env=frozen_env(store, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -112,14 +120,7 @@ def test_frozen_app_window_appears_under_xvfb(bundle, store, tmp_path):
         }
         app = subprocess.Popen(
             [str(EXE)],
-            env={
-                "PATH": "/usr/bin:/bin",
-                "HOME": str(tmp_path),
-                "DESKSCRIBE_MODELS_DIR": str(store),
-                "DESKSCRIBE_DATA_DIR": str(tmp_path / "data"),
-                "DESKSCRIBE_SETTINGS": str(tmp_path / "settings.json"),
-                **env,
-            },
+            env=frozen_env(store, tmp_path, **env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )

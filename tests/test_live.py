@@ -13,13 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import espeak, load, normalize, run_cli, wer
+from conversations import write_wav
 from deskscribe.audio.devices import find_device
 from deskscribe.audio.sessions import list_sessions, read_track
 from deskscribe.live import (
@@ -38,16 +38,6 @@ TURNS = [
     "The release is on track for Friday, and the installer builds are green.",
     "We still need someone to review the speaker labelling changes before Thursday.",
 ]
-
-
-def write_wav(path: Path, audio: np.ndarray) -> Path:
-    pcm = np.clip(np.rint(audio * 32767), -32768, 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SR)
-        w.writeframes(pcm.tobytes())
-    return path
 
 
 def gap(seconds: float) -> np.ndarray:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
-from conversations import build
+from conversations import build, clip_offset
 from deskscribe.audio.devices import find_device
 from deskscribe.audio.sessions import read_track
 from deskscribe.live import LiveOptions, LiveSession, Started, Stopped, TextUpdate
@@ -16,19 +15,6 @@ from deskscribe.speakers.encoder import SpeakerEncoder
 from deskscribe.speakers.metrics import der, word_accuracy
 
 SR = 16000
-
-
-def clip_offset(recorded: np.ndarray, clip: np.ndarray) -> float:
-    """Where ``clip`` starts in ``recorded`` (s), from their 10 ms loudness envelopes."""
-
-    def env(x: np.ndarray) -> np.ndarray:
-        n = x.shape[0] // 160
-        return np.sqrt(np.mean(x[: n * 160].reshape(n, 160) ** 2, axis=1))
-
-    a, b = env(recorded), env(clip)
-    size = 1 << int(np.ceil(np.log2(a.shape[0] + b.shape[0])))
-    corr = np.fft.irfft(np.fft.rfft(a, size) * np.conj(np.fft.rfft(b, size)), size)
-    return int(np.argmax(corr[: a.shape[0]])) * 160 / SR
 
 
 def next_event(session: LiveSession, kind: type, timeout: float, seen: list | None = None):
