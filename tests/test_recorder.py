@@ -222,7 +222,8 @@ def test_disk_full_stops_cleanly_and_keeps_audio(
     sig = np.concatenate(sent)
     kept = rec.samples("mic")
     assert len(sent) > 100 and len(sig) <= kept <= len(sig) + 1600
-    with pytest.raises(RecorderError, match="stopped"):
+    # Later calls (e.g. from another thread) say why it stopped, not just that it did.
+    with pytest.raises(RecorderDiskFullError, match="disk is full"):
         rec.write("mic", sent[0])
     rec.close()  # a no-op now
     journal = json.loads((rec.folder / JOURNAL).read_text())

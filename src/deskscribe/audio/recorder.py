@@ -147,6 +147,7 @@ class SessionRecorder:
         self._tracks = {t: _Track(t) for t in tracks}
         self._mutex = threading.Lock()
         self._closed = False
+        self._failure: RecorderError | None = None  # why a write error stopped it
         self._journal: dict[str, Any] = {"title": None, "model": None, "source": None}
         if _RESERVED & (meta or {}).keys():
             raise ValueError(f"the recorder manages {sorted(_RESERVED & meta.keys())} itself")
@@ -278,7 +279,10 @@ class SessionRecorder:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RecorderError("This recording has stopped. Start a new recording.")
+            # After a write error every later call says why it stopped, not just that it did.
+            raise self._failure or RecorderError(
+                "This recording has stopped. Start a new recording."
+            )
 
     def _sync(self, t: _Track) -> None:
         if t.fd is not None:
@@ -331,7 +335,8 @@ class SessionRecorder:
             self._closed = True
             if hasattr(self, "_lock"):
                 self._lock.release()
-        return self._error(e, "record")
+        self._failure = self._error(e, "record")
+        return self._failure
 
     def _error(self, e: OSError, doing: str) -> RecorderError:
         kept = min(t.total for t in self._tracks.values()) / self.sample_rate
