@@ -4,12 +4,15 @@ Two hints, used together:
 - **the source.** In meeting mode the microphone and system audio are separate tracks. Each
   word goes to the track that was louder while it was spoken: the microphone is "You";
 - **the voice.** With a speaker encoder, system-audio words (or all words, with one source)
-  are grouped into runs (words closer than ``run_gap`` seconds), each run is embedded from
-  the recorded audio (at least ``min_window`` seconds, reaching back before a short run) and
-  given the nearest running centroid of an :class:`OnlineClusterer`, or a new speaker
-  ("S1", "S2", …). Runs shorter than ``min_update`` seconds of speech are labelled without
-  moving the centroids and never start a speaker (short windows embed badly); a short run
-  that continues the previous one keeps its speaker.
+  are grouped into runs: words closer than ``run_gap`` seconds, cut after every sentence end
+  (a turn change almost always falls there, and a commit often holds the end of one turn and
+  the start of the next). Each run is embedded from the recorded audio and given the nearest
+  running centroid of an :class:`OnlineClusterer`, or a new speaker ("S1", "S2", …). A short
+  run is widened to ``min_window`` seconds without crossing a sentence end: back into the
+  sentence it continues, or forward into the audio after it (the rest of the sentence it
+  starts). Runs shorter than ``min_update`` seconds of speech are labelled without moving the
+  centroids and never start a speaker (short windows embed badly); a short run that continues
+  the previous sentence keeps its speaker.
 
 Labels are given once, when words are committed, and never change afterwards: committed text
 is stable. The audio kept for embedding is the last ``keep_seconds`` of each track.
@@ -94,7 +97,12 @@ class LiveSpeakerLabeller:
         sources = self._sources(words)
         runs: list[tuple[str, list[Word]]] = []
         for w, source in zip(words, sources, strict=True):
-            if runs and runs[-1][0] == source and w.start - runs[-1][1][-1].end <= self.run_gap:
+            if (
+                runs
+                and runs[-1][0] == source
+                and w.start - runs[-1][1][-1].end <= self.run_gap
+                and not ends_sentence(runs[-1][1][-1])
+            ):
                 runs[-1][1].append(w)
             else:
                 runs.append((source, [w]))
@@ -128,21 +136,37 @@ class LiveSpeakerLabeller:
         start, end = run[0].start, run[-1].end
         spoken = end - start
         last = self._last
-        if (
-            spoken < self.min_update
-            and last is not None
+        continues = (
+            last is not None
             and last.speaker not in (None, YOU)
             and start - last.end <= self.run_gap
-        ):
-            return last.speaker  # a few more words of the same breath
-        lo = int(min(start, end - self.min_window) * SAMPLE_RATE)
+            and not ends_sentence(last)
+        )
+        if continues and spoken < self.min_update:
+            return last.speaker  # a few more words of the same sentence
+        # The run's own audio, widened to ``min_window`` when short: back into its own
+        # sentence when it continues one, otherwise forward into the audio heard after it
+        # (most likely the rest of the sentence it starts). Never back across a sentence end:
+        # the voice there may be another speaker's.
+        short = max(0.0, self.min_window - spoken)
+        if continues:
+            lo, hi = start - short, end
+        elif ends_sentence(run[-1]):
+            lo, hi = start, end  # a whole short sentence: its own audio only
+        else:
+            lo, hi = start, end + short
         with self._lock:
-            audio = self._audio[track].slice(max(0, lo), int(end * SAMPLE_RATE))
+            audio = self._audio[track].slice(max(0, int(lo * SAMPLE_RATE)), int(hi * SAMPLE_RATE))
         if audio.shape[0] < SAMPLE_RATE // 4:
-            return last.speaker if last is not None and last.speaker else "S1"
+            return last.speaker if last is not None and last.speaker not in (None, YOU) else "S1"
         embedding = self.encoder.embed(audio)
         sure = spoken >= self.min_update or len(self.clusterer) == 0
         index = self.clusterer.assign(embedding, update=sure)
         if index >= len(self.clusterer):  # too short to start a new speaker: nearest known
             index = int(np.argmax(self.clusterer.similarities(embedding)))
         return f"S{index + 1}"
+
+
+def ends_sentence(word: Word) -> bool:
+    """Whether ``word`` closes a sentence (turns change there far more often than within)."""
+    return word.text.rstrip().rstrip("\"')»”").endswith((".", "?", "!"))
