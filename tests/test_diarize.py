@@ -197,6 +197,63 @@ def test_cli_speakers_with_profiles(
     assert words and all(w["speaker"] in ("S1", "S2") for w in words)
 
 
+def test_cli_profiles_save_from_a_transcript_name_the_voice_later_and_delete(
+    tiny_fp32: Path, speaker_model: Path, convs, tmp_path: Path
+) -> None:
+    """The user's path: transcribe a meeting, save one speaker's voice under a name from the
+    JSON transcript and its recording, and a later meeting with that voice names it; then
+    forget the profile."""
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copytree(tiny_fp32, store / "tiny.en")
+    shutil.copytree(speaker_model, store / "speaker-resemblyzer")
+    data = str(tmp_path / "data")
+    first = tmp_path / "first.wav"
+    shutil.copyfile(convs["three"].path, first)
+    res = run_cli(
+        ["transcribe", str(first), "--speakers", "auto", "--format", "json", "--quiet"],
+        store,
+        DESKSCRIBE_DATA_DIR=data,
+    )
+    assert res.returncode == 0, res.stderr
+    saved = Transcript.from_json((tmp_path / "first.json").read_bytes())
+    turns = [(seg.start, seg.end, seg.speaker) for seg in saved.segments]
+    a_id = {v: k for k, v in metrics.der(convs["three"].turns, turns).mapping.items()}["A"]
+
+    res = run_cli(
+        ["profiles", "save", str(tmp_path / "first.json"), "S9"], store, DESKSCRIBE_DATA_DIR=data
+    )
+    assert res.returncode == 1 and "no speaker 'S9'" in res.stderr and a_id in res.stderr
+    res = run_cli(
+        ["profiles", "save", str(tmp_path / "first.json"), a_id, "--name", "Alice"],
+        store,
+        DESKSCRIBE_DATA_DIR=data,
+    )
+    assert res.returncode == 0 and "'Alice'" in res.stdout, res.stderr
+    res = run_cli(["profiles", "list"], store, DESKSCRIBE_DATA_DIR=data)
+    assert res.stdout.startswith("Alice\tspeaker-resemblyzer\t1 sample"), res.stdout
+    assert json.loads((tmp_path / "data" / "voice-profiles.json").read_text())  # no audio in it
+    assert (tmp_path / "data" / "voice-profiles.json").stat().st_size < 20_000
+
+    second = tmp_path / "second.wav"
+    shutil.copyfile(convs["two"].path, second)  # voice A opens this meeting too
+    res = run_cli(
+        ["transcribe", str(second), "--speakers", "2", "--format", "txt", "--quiet"],
+        store,
+        DESKSCRIBE_DATA_DIR=data,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = (tmp_path / "second.txt").read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("Alice: Good morning") and lines[1].startswith("Speaker 2: ")
+
+    res = run_cli(["profiles", "delete", "alice"], store, DESKSCRIBE_DATA_DIR=data)
+    assert res.returncode == 0, res.stderr
+    res = run_cli(["profiles", "delete", "Alice"], store, DESKSCRIBE_DATA_DIR=data)
+    assert res.returncode == 1 and "no voice profile named 'Alice'" in res.stderr
+    res = run_cli(["profiles", "list"], store, DESKSCRIBE_DATA_DIR=data)
+    assert res.stdout.strip() == "no voice profiles saved"
+
+
 # --------------------------------------------------------------------------- building blocks
 
 

@@ -26,6 +26,7 @@ from conftest import wer  # noqa: E402
 from conversations import build  # noqa: E402
 from deskscribe.gui.segments_model import SPEAKER, TEXT, TIME  # noqa: E402
 from deskscribe.library import Library  # noqa: E402
+from deskscribe.speakers.profiles import list_profiles  # noqa: E402
 from deskscribe.transcript import FORMATS, Transcript  # noqa: E402
 from files_support import FOX, run_queue  # noqa: E402
 
@@ -98,6 +99,16 @@ def test_edit_rename_merge_find_copy_and_export(
     assert view.speakers.item(0).text() == "Alice"
     assert Library(ctx.library.path).load_transcript(row.item_id).speaker_name("S1") == "Alice"
 
+    # Remember Alice's voice (learnt from the recording on a worker): the Models page lists
+    # the profile; a later transcript is tested at the end.
+    answer_dialog(lambda d: (d.setTextValue("Alice"), d.accept()))
+    with qtbot.waitSignal(view.voice_saved, timeout=60_000):
+        view.remember_dialog()
+    assert [(p.name, len(p.embeddings)) for p in list_profiles()] == [("Alice", 1)]
+    assert "Saved the voice of Alice" in view.banner.text.text()
+    profiles_box = win.models_panel.profiles
+    qtbot.waitUntil(lambda: profiles_box.names() == ["Alice"], timeout=10_000)
+
     # Export every format: the files hold the edit and the new name.
     out = tmp_path / "exports"
     out.mkdir()
@@ -137,6 +148,21 @@ def test_edit_rename_merge_find_copy_and_export(
     # Copy all: the clipboard holds the text with the speaker's name.
     view.copy_all()
     assert QGuiApplication.clipboard().text().startswith("Alice: Good morning")
+
+    # Another recording of the same meeting: the remembered voice gets its name by itself.
+    again = tmp_path / "call-again.wav"
+    again.write_bytes(conversation.path.read_bytes())
+    row2 = run_queue(qtbot, files, [again], timeout=300_000)[again.name]
+    assert row2.status == "done", row2.error
+    second = Library(ctx.library.path).load_transcript(row2.item_id)
+    assert second.speaker_name("S1") == "Alice" and second.speaker_name("S2") == "Speaker 2"
+
+    # Delete the profile on the Models page, with confirmation: the voice is forgotten.
+    profiles_box.select("Alice")
+    answer_dialog(lambda d: d.button(QMessageBox.StandardButton.Yes).click())
+    profiles_box.delete()
+    qtbot.waitUntil(lambda: profiles_box.names() == [], timeout=10_000)
+    assert list_profiles() == []
 
 
 def test_click_a_time_plays_from_there(qtbot, pulse, window, ctx, media):

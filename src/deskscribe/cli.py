@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import __version__, cli_live
+from . import __version__, cli_live, cli_profiles
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -126,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("name")
     msub.add_parser("recommend", help="the model and variant that suit this computer, and why")
     cli_live.add_parsers(sub)
+    cli_profiles.add_parsers(sub)
     ls = msub.add_parser("list", help="list installed models")
     ls.add_argument("--available", action="store_true", help="list the catalog instead")
     pth = msub.add_parser("path", help="print the store folder, or a model's folder")
@@ -156,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             return cli_live.live(args)
         if args.command == "sessions":
             return cli_live.sessions(args)
+        if args.command == "profiles":
+            return cli_profiles.profiles(args)
         return _models(args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

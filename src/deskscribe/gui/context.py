@@ -48,6 +48,7 @@ class AppContext(QObject):
     open_transcript = Signal(int)  # a library item id to show in the transcript view
     models_changed = Signal()  # a model was installed, removed, or the default changed
     library_changed = Signal()  # items added, renamed, deleted or finished
+    profiles_changed = Signal()  # a voice profile was saved or deleted
     status_message = Signal(str)  # a short message for the status bar
     settings_changed = Signal(str)  # the key of a setting that changed (any thread may set)
 

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from ..models.catalog import CATALOG, SPEAKER_CATALOG
 from .context import AppContext
 from .model_jobs import InstallJob, speaker_starter_available, starter_available
+from .profiles_box import VoiceProfilesBox
 from .widgets import Banner, heading, muted
 from .workers import run_in_worker
 
@@ -139,6 +140,9 @@ class ModelsPanel(QWidget):
         row.addWidget(self.speaker_btn)
         row.addStretch(1)
         lay.addLayout(row)
+
+        self.profiles = VoiceProfilesBox(ctx)
+        lay.addWidget(self.profiles)
 
         self.job_box = QWidget()
         jl = QHBoxLayout(self.job_box)

@@ -53,6 +53,7 @@ class TranscriptView(QWidget):
     loaded = Signal(int)  # item id, once its transcript is shown
     exported = Signal(object)  # the Path written by export_to
     playback_error = Signal(str)  # from the player's thread; shown in the banner
+    voice_saved = Signal(str)  # a voice profile's name, once "Remember voice" saved it
 
     def __init__(self, ctx, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -111,6 +112,12 @@ class TranscriptView(QWidget):
         self.merge_button = QPushButton("Merge into…")
         self.merge_button.setToolTip("The selected speaker is the same person as another one")
         self.merge_button.clicked.connect(self.merge_dialog)
+        self.remember_button = QPushButton("Remember voice…")
+        self.remember_button.setToolTip(
+            "Save the selected speaker's voice under a name: new transcripts with speaker "
+            "labels name that voice (only a voice fingerprint is kept, never audio)"
+        )
+        self.remember_button.clicked.connect(self.remember_dialog)
         side = QWidget()
         sl = QVBoxLayout(side)
         sl.setContentsMargins(0, 0, 0, 0)
@@ -118,6 +125,7 @@ class TranscriptView(QWidget):
         sl.addWidget(self.speakers, 1)
         sl.addWidget(self.rename_button)
         sl.addWidget(self.merge_button)
+        sl.addWidget(self.remember_button)
         self.speakers_box = side
 
         split = QSplitter()
@@ -296,6 +304,43 @@ class TranscriptView(QWidget):
         if ok:
             self.merge_speakers(sid, others[names.index(name)])
 
+    def remember_dialog(self) -> None:
+        sid = self._selected_speaker()
+        if sid is None:
+            return
+        name, ok = QInputDialog.getText(
+            self, "Remember voice",
+            f"Name new transcripts give the voice of {self.transcript.speaker_name(sid)}:",
+            text=self.transcript.speaker_name(sid),
+        )  # fmt: skip
+        if ok and name.strip():
+            self.remember_voice(sid, name.strip())
+
+    def remember_voice(self, speaker_id: str, name: str) -> None:
+        """Learn ``speaker_id``'s voice from this item's recording (on a worker) and save it
+        as the voice profile ``name``."""
+        if self.item is None:
+            return
+        t = snapshot(self.transcript)
+        t.source = self.item.source
+        self.remember_button.setEnabled(False)
+        self.banner.show_message(f"Learning the voice of {name}…")
+
+        def done(profile) -> None:
+            self.remember_button.setEnabled(True)
+            self.banner.show_message(
+                f"Saved the voice of {profile.name}. New transcripts with speaker labels will "
+                "name this voice (Models page: Voice profiles)."
+            )
+            self.ctx.profiles_changed.emit()
+            self.voice_saved.emit(profile.name)
+
+        def failed(exc: BaseException) -> None:
+            self.remember_button.setEnabled(True)
+            self.banner.show_message(f"Could not remember the voice: {exc}", "error")
+
+        run_in_worker(_remember, self.ctx, t, speaker_id, name, on_done=done, on_error=failed)
+
     # --- playback --------------------------------------------------------------------------
 
     def _clicked(self, index) -> None:
@@ -378,3 +423,12 @@ class TranscriptView(QWidget):
     def _exported(self, path: Path) -> None:
         self.ctx.status_message.emit(f"Exported {path}")
         self.exported.emit(path)
+
+
+def _remember(ctx, transcript: Transcript, speaker_id: str, name: str):
+    from ..speakers.profiles import ProfileError, remember_voice
+
+    encoder = ctx.speaker_encoder()
+    if encoder is None:
+        raise ProfileError("no speaker model is installed; install one on the Models page first")
+    return remember_voice(transcript, speaker_id, encoder, name=name)

@@ -247,9 +247,21 @@ def _transcribe(model, source, options, load_encoder, report, cancel) -> Transcr
         offset = 0.0 if stage == "transcribe" else TRANSCRIBE_SHARE
         report(offset + share * (done / total if total > 0 else 0.0), 1.0)
 
-    return diarize_file(
+    result = diarize_file(
         model, source, encoder, parse_speakers(speakers), topt, progress=staged, cancel=cancel
-    ).transcript
+    )
+    from ..speakers.profiles import ProfileError, apply_profiles, match_threshold_for
+
+    try:  # known voices get their names; a broken profile file must not cost the transcript
+        apply_profiles(
+            result.transcript,
+            result.diarization.centroids,
+            match_threshold_for(encoder.kind),
+            model=encoder.name,
+        )
+    except ProfileError:
+        log.exception("voice profiles not used")
+    return result.transcript
 
 
 class _Reporter:

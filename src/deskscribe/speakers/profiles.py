@@ -264,3 +264,81 @@ def save_speaker(
     return save_profile(
         name or transcript.speaker_name(speaker_id), centroids[speaker_id], model=model
     )
+
+
+def find_speaker(transcript: Transcript, who: str) -> str:
+    """The speaker id for ``who``: an id ("S1") or a display name (case ignored)."""
+    ids = transcript.speaker_ids()
+    if who in ids:
+        return who
+    named = [s for s in ids if transcript.speaker_name(s).casefold() == who.strip().casefold()]
+    if len(named) == 1:
+        return named[0]
+    listed = ", ".join(f"{s} ({transcript.speaker_name(s)})" for s in ids) or "none"
+    raise ProfileError(f"no speaker {who!r} in this transcript; its speakers: {listed}")
+
+
+def voice_of(
+    audio: np.ndarray,
+    transcript: Transcript,
+    speaker_id: str,
+    encoder,
+    *,
+    piece_seconds: float = 10.0,
+    max_seconds: float = 180.0,
+) -> np.ndarray:
+    """The voice of ``speaker_id`` in ``audio`` (16 kHz, the transcript's timeline): the
+    length-weighted mean embedding of their segments (1 s or longer, cut into pieces of at
+    most ``piece_seconds``, the first ``max_seconds`` of their speech), as a unit vector."""
+    sr = 16000
+    windows: list[tuple[int, int]] = []
+    total = 0.0
+    for seg in transcript.segments:
+        if seg.speaker != speaker_id or seg.end - seg.start < 1.0 or total >= max_seconds:
+            continue
+        start = seg.start
+        while seg.end - start >= 1.0 and total < max_seconds:
+            stop = min(seg.end, start + piece_seconds)
+            a, b = int(start * sr), min(int(stop * sr), audio.shape[0])
+            if b - a >= sr:
+                windows.append((a, b))
+                total += (b - a) / sr
+            start = stop
+    if not windows:
+        raise ProfileError(
+            f"{transcript.speaker_name(speaker_id)} has no stretch of speech of 1 s or more "
+            "in this recording to learn the voice from"
+        )
+    embeddings = encoder.embed_windows(audio, windows)
+    weights = np.array([b - a for a, b in windows], dtype=np.float64)
+    return normalize(np.average(np.asarray(embeddings, np.float64), axis=0, weights=weights))
+
+
+def remember_voice(
+    transcript: Transcript,
+    speaker_id: str,
+    encoder,
+    *,
+    name: str | None = None,
+    audio: np.ndarray | None = None,
+) -> VoiceProfile:
+    """Save the voice of a transcript's speaker as a profile (default name: their display
+    name), from ``audio`` or else the transcript's source (a media file or a recorded
+    session folder). Later transcripts then give that voice this name."""
+    from ..audio.decode import MediaError
+    from ..audio.playback import PlaybackError, load_audio
+
+    if audio is None:
+        if not transcript.source or not Path(transcript.source).exists():
+            raise ProfileError(
+                "the audio of this transcript is no longer where it was "
+                f"({transcript.source or 'unknown'}); a voice is learnt from the recording"
+            )
+        try:
+            audio = load_audio(transcript.source)
+        except (MediaError, PlaybackError, OSError, ValueError) as err:
+            raise ProfileError(f"cannot read the recording to learn the voice: {err}") from err
+    vector = voice_of(audio, transcript, speaker_id, encoder)
+    return save_profile(
+        name or transcript.speaker_name(speaker_id), vector, model=getattr(encoder, "name", "")
+    )
