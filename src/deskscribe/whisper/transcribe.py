@@ -18,21 +18,19 @@ from pathlib import Path
 import numpy as np
 
 from ..audio.decode import decode_blocks
+from ..audio.vad import VadOptions
 from ..transcript import Segment, Transcript, Word
 from .alignment import find_alignment
 from .decoding import (
     DecodingError,
     DecodingOptions,
     DecodingResult,
+    TranscriptionCancelled,
     WindowDecoder,
     check_task,
 )
 from .features import FRAME_SECONDS, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel
 from .model import AudioFeatures, WhisperModel
-
-
-class TranscriptionCancelled(Exception):
-    pass
 
 
 @dataclass
@@ -50,6 +48,12 @@ class TranscribeOptions:
     word_timestamps: bool = False
     without_timestamps: bool = False
     silence_rms: float = 1e-4  # windows quieter than this are not decoded at all
+    # The batched path (batched.py): VAD speech packed into 30 s chunks, decoded
+    # ``batch_size`` at a time (0: chosen for the device). Chunks are independent, so
+    # ``condition_on_previous_text`` does not apply there; ``initial_prompt`` does.
+    batched: bool = False
+    batch_size: int = 0
+    vad: VadOptions | None = None  # None: batched.default_vad_options()
 
 
 @dataclass
@@ -130,6 +134,19 @@ def transcribe_blocks(
             f"{', '.join(sorted(tk.language_ids)[:12])}, …"
         )
     info = info or TranscriptionInfo(language=opt.language, duration=total_seconds)
+    if opt.batched:
+        from .batched import transcribe_batched
+
+        yield from transcribe_batched(
+            model,
+            blocks,
+            opt,
+            total_seconds=total_seconds,
+            progress=progress,
+            cancel=cancel,
+            info=info,
+        )
+        return
     audio = _AudioWindow(blocks)
     language = opt.language if tk.multilingual else "en"
     if language:
@@ -172,7 +189,7 @@ def transcribe_blocks(
         prompt = all_tokens[prompt_reset:] if opt.condition_on_previous_text else []
         result = _decode_with_fallback(model, features, language, opt, prompt)
 
-        if _is_silence(result, opt):
+        if is_silence(result, opt):
             advance(segment_frames)
             continue
 
@@ -217,7 +234,7 @@ def transcribe_blocks(
         yield from window_segments
 
 
-def _is_silence(result: DecodingResult, opt: TranscribeOptions) -> bool:
+def is_silence(result: DecodingResult, opt: TranscribeOptions) -> bool:
     """The model says "no speech" and what it decoded is improbable, or has no words at all."""
     if not any(ch.isalnum() for ch in result.text):
         return True
@@ -260,20 +277,24 @@ def _decode_with_fallback(
             without_timestamps=opt.without_timestamps,
         )
         result = WindowDecoder(model, dopt).decode(features, language)
-        needs_fallback = result.looped
-        if (
-            opt.compression_ratio_threshold is not None
-            and result.compression_ratio > opt.compression_ratio_threshold
-        ):
-            needs_fallback = True
-        if opt.logprob_threshold is not None and result.avg_logprob < opt.logprob_threshold:
-            needs_fallback = True
-        if _is_silence(result, opt):
-            needs_fallback = False  # the caller skips the window: no point retrying
-        if not needs_fallback:
+        if not needs_fallback(result, opt):
             break
     assert result is not None
     return result
+
+
+def needs_fallback(result: DecodingResult, opt: TranscribeOptions) -> bool:
+    """Too repetitive or too unlikely to keep: decode again at the next temperature."""
+    if is_silence(result, opt):
+        return False  # the caller skips the window: no point retrying
+    if result.looped:
+        return True
+    if (
+        opt.compression_ratio_threshold is not None
+        and result.compression_ratio > opt.compression_ratio_threshold
+    ):
+        return True
+    return opt.logprob_threshold is not None and result.avg_logprob < opt.logprob_threshold
 
 
 def _split_window(
