@@ -238,12 +238,14 @@ def worker(engine: str, model_dir: str, precision: str, audio: str, threads: int
         model = WhisperModel(model_dir, device="cpu", threads=threads)
         loaded = time.perf_counter()
         load_rss, cpu0 = rss_mb(), cpu_seconds()
+        batched = engine == "ours-batched"
         options = TranscribeOptions(
             language="en",
             beam_size=5,
-            condition_on_previous_text=True,
+            # as faster-whisper's sequential transcribe; the batched path has no previous text
+            condition_on_previous_text=None if batched else True,
             word_timestamps=False,
-            batched=engine == "ours-batched",
+            batched=batched,
             batch_size=BATCH,
         )
         transcript = transcribe_file(model, audio, options)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import threading
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException
 
-from conftest import espeak, load, wer
+from conftest import espeak, load, run_cli, wer
 from deskscribe.audio.vad import VadOptions, regions_from_probabilities
 from deskscribe.whisper.chunking import RegionTracker
 from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
@@ -267,3 +268,96 @@ def test_out_of_memory_on_the_gpu_halves_the_batch(tiny_fp32: Path, meeting) -> 
     assert failing.failures >= 1
     assert model.sessions.on_gpu  # still on the "GPU": smaller batches, not the CPU
     assert any("did not fit on the GPU" in n for n in model.runtime.notes)
+
+
+def _write_wav(path: Path, audio: np.ndarray) -> Path:
+    import wave
+
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SR)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+def _spans(segments) -> list[tuple[float, float, str]]:
+    return [(s.start, s.end, s.text) for s in segments]
+
+
+def test_conditioning_asked_for_falls_back_to_the_sequential_path(tiny_model, sentences) -> None:
+    """Previous-text conditioning cannot be batched: asked for, the sequential seek loop runs
+    (the very same segments), and the info says why. Left at its default, the sequential path
+    still conditions (same segments as asking for it) and the batched path batches."""
+    audio = np.concatenate([sentences[0], _silence(2), sentences[4], _silence(1), sentences[5]])
+    seq_default = list(transcribe_blocks(tiny_model, _blocks(audio), TranscribeOptions("en")))
+    conditioned = TranscribeOptions("en", condition_on_previous_text=True)
+    seq_asked = list(transcribe_blocks(tiny_model, _blocks(audio), conditioned))
+    assert _spans(seq_default) == _spans(seq_asked)
+
+    info = TranscriptionInfo(language=None)
+    asked = dataclasses.replace(BATCHED, condition_on_previous_text=True)
+    fallback = list(transcribe_blocks(tiny_model, _blocks(audio), asked, info=info))
+    assert info.path == "sequential" and "previous text" in info.notes[0]
+    assert _spans(fallback) == _spans(seq_asked)
+
+    info = TranscriptionInfo(language=None)
+    batched = list(transcribe_blocks(tiny_model, _blocks(audio), BATCHED, info=info))
+    assert info.path == "batched" and not info.notes
+    assert _spans(batched) != _spans(seq_asked)  # segments cut at sentences, from the VAD
+    reference = " ".join(SENTENCES[i] for i in (0, 4, 5))
+    assert wer(reference, " ".join(s.text for s in batched)) <= 0.15
+
+
+def test_cli_batched_by_default_with_opt_out(tiny_fp32: Path, sentences, tmp_path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "tiny.en").symlink_to(tiny_fp32, target_is_directory=True)
+    audio = np.concatenate([_silence(1), sentences[1], _silence(2), sentences[2]])
+    wav = _write_wav(tmp_path / "two.wav", audio)
+    reference = " ".join(SENTENCES[1:3])
+    runs = {
+        "default": ([], "batched path"),
+        "sequential": (["--no-batched"], "sequential path"),
+        "conditioned": (["--condition-on-previous-text"], "sequential path (conditioning"),
+    }
+    texts = {}
+    for name, (extra, banner) in runs.items():
+        out = tmp_path / name
+        args = ["transcribe", str(wav), "--model", "tiny.en", "--output-dir", str(out), *extra]
+        res = run_cli([*args, "--format", "json", "--batch-size", "2"], store, tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert banner in res.stderr, res.stderr
+        data = json.loads((out / "two.json").read_text())
+        texts[name] = [(s["start"], s["end"], s["text"]) for s in data["segments"]]
+        assert wer(reference, " ".join(t for _, _, t in texts[name])) <= 0.15
+    assert texts["default"] != texts["sequential"] == texts["conditioned"]
+
+
+def test_file_queue_jobs_are_batched_unless_the_settings_opt_out(
+    tiny_model, sentences, tmp_path, monkeypatch
+) -> None:
+    from deskscribe import settings
+    from deskscribe.library.db import Library
+    from deskscribe.library.jobs import job_options, run_file_job
+
+    monkeypatch.setenv("DESKSCRIBE_SETTINGS", str(tmp_path / "settings.json"))
+    audio = np.concatenate([_silence(1), sentences[1], _silence(2), sentences[2]])
+    wav = _write_wav(tmp_path / "two.wav", audio)
+    expected = {
+        mode: _spans(
+            transcribe_file(tiny_model, wav, dataclasses.replace(BATCHED, batched=b)).segments
+        )
+        for mode, b in (("batched", True), ("sequential", False))
+    }
+    assert expected["batched"] != expected["sequential"]
+    library = Library(tmp_path / "library.sqlite3")
+    try:
+        for setting, mode in ((None, "batched"), ("false", "sequential"), ("true", "batched")):
+            settings.set_value("batched_files", setting)
+            item = library.add_file(wav, job_options("tiny.en", "en", "off"))
+            outcome = run_file_job(library, item, lambda _name: tiny_model)
+            assert outcome.status == "done", outcome.error
+            assert _spans(outcome.transcript.segments) == expected[mode], (setting, mode)
+    finally:
+        library.close()

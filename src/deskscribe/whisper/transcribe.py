@@ -43,14 +43,18 @@ class TranscribeOptions:
     compression_ratio_threshold: float | None = 2.4
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6
-    condition_on_previous_text: bool = True
+    # None: Whisper's default, conditioned on the sequential path (the batched path has no
+    # previous text to condition on). True, asked for explicitly: the sequential path is used
+    # even when ``batched`` is set (see ``batching_fits``).
+    condition_on_previous_text: bool | None = None
     initial_prompt: str | None = None
     word_timestamps: bool = False
     without_timestamps: bool = False
     silence_rms: float = 1e-4  # windows quieter than this are not decoded at all
     # The batched path (batched.py): VAD speech packed into 30 s chunks, decoded
     # ``batch_size`` at a time (0: chosen for the device). Chunks are independent, so
-    # ``condition_on_previous_text`` does not apply there; ``initial_prompt`` does.
+    # previous-text conditioning does not apply there; ``initial_prompt`` does. When the
+    # options ask for what batching cannot do, the sequential seek path runs instead.
     batched: bool = False
     batch_size: int = 0
     vad: VadOptions | None = None  # None: batched.default_vad_options()
@@ -62,6 +66,15 @@ class TranscriptionInfo:
     language_probability: float = 1.0
     duration: float | None = None
     all_language_probs: dict[str, float] = field(default_factory=dict)
+    path: str = ""  # "batched" or "sequential": the path that ran
+    notes: list[str] = field(default_factory=list)  # e.g. why batching was not used
+
+
+def batching_fits(opt: TranscribeOptions) -> str | None:
+    """None when the batched path can honour ``opt``; otherwise why it cannot."""
+    if opt.condition_on_previous_text:
+        return "conditioning on the previous text needs the sequential path"
+    return None
 
 
 Progress = Callable[[float, float], None]  # (seconds done, total seconds or -1 if unknown)
@@ -134,8 +147,13 @@ def transcribe_blocks(
             f"{', '.join(sorted(tk.language_ids)[:12])}, …"
         )
     info = info or TranscriptionInfo(language=opt.language, duration=total_seconds)
-    if opt.batched:
+    unfit = batching_fits(opt) if opt.batched else None
+    if unfit is not None:
+        info.notes.append(f"batched transcription not used: {unfit}")
+    if opt.batched and unfit is None:
         from .batched import transcribe_batched
+
+        info.path = "batched"
 
         yield from transcribe_batched(
             model,
@@ -147,6 +165,8 @@ def transcribe_blocks(
             info=info,
         )
         return
+    info.path = "sequential"
+    conditioned = opt.condition_on_previous_text is not False
     audio = _AudioWindow(blocks)
     language = opt.language if tk.multilingual else "en"
     if language:
@@ -186,7 +206,7 @@ def transcribe_blocks(
             info.language = language
             info.language_probability = probs[language]
             info.all_language_probs = probs
-        prompt = all_tokens[prompt_reset:] if opt.condition_on_previous_text else []
+        prompt = all_tokens[prompt_reset:] if conditioned else []
         result = _decode_with_fallback(model, features, language, opt, prompt)
 
         if is_silence(result, opt):
@@ -228,7 +248,7 @@ def transcribe_blocks(
                 segment_frames,
             )
         all_tokens += [t for s in window_segments for t in s.tokens]
-        if not opt.condition_on_previous_text or result.temperature > 0.5:
+        if not conditioned or result.temperature > 0.5:
             prompt_reset = len(all_tokens)
         advance(advance_frames)
         yield from window_segments
