@@ -361,3 +361,22 @@ def test_file_queue_jobs_are_batched_unless_the_settings_opt_out(
             assert _spans(outcome.transcript.segments) == expected[mode], (setting, mode)
     finally:
         library.close()
+
+
+def test_speech_left_untimed_at_a_chunks_ends_is_measured_on_the_speech() -> None:
+    """What triggers the greedy second look at a chunk (beam search can drop its first or
+    last sentence): speech before the first segment and after the last, silence not counted."""
+    from deskscribe.transcript import Segment
+    from deskscribe.whisper.batched import _uncovered
+    from deskscribe.whisper.chunking import Chunk
+
+    # Pieces (chunk offset, file start, file end): 10-14 s, 20-30 s, 40-41 s of the file.
+    pieces = [(0, 10 * SR, 14 * SR), (4 * SR, 20 * SR, 30 * SR), (14 * SR, 40 * SR, 41 * SR)]
+    chunk = Chunk(np.zeros(15 * SR, np.float32), pieces)
+    assert chunk.speech_between(0, 100) == 15.0
+    assert chunk.speech_between(12, 25) == 2.0 + 5.0
+    seg = Segment(start=12.0, end=29.0, text=" x")
+    assert _uncovered(chunk, [seg]) == pytest.approx(2.0 + 1.0 + 1.0)
+    seg = Segment(start=10.2, end=40.9, text=" x")
+    assert _uncovered(chunk, [seg]) == pytest.approx(0.3)
+    assert _uncovered(chunk, []) == 0.0

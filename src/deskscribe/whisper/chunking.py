@@ -277,6 +277,12 @@ class Chunk:
         offset, start, end = self.pieces[piece]
         return min(start + max(0.0, sample - offset), end) / SAMPLE_RATE
 
+    def speech_between(self, start: float, end: float) -> float:
+        """Seconds of this chunk's speech between file times ``start`` and ``end``."""
+        lo, hi = start * SAMPLE_RATE, end * SAMPLE_RATE
+        total = sum(max(0.0, min(e, hi) - max(s, lo)) for _, s, e in self.pieces)
+        return total / SAMPLE_RATE
+
     def piece_at(self, t: float, is_end: bool = False) -> int:
         sample = t * SAMPLE_RATE
         offsets = [p[0] for p in self.pieces]
