@@ -380,3 +380,27 @@ def test_speech_left_untimed_at_a_chunks_ends_is_measured_on_the_speech() -> Non
     seg = Segment(start=10.2, end=40.9, text=" x")
     assert _uncovered(chunk, [seg]) == pytest.approx(0.3)
     assert _uncovered(chunk, []) == 0.0
+
+
+def test_progress_moves_while_a_batch_decodes_and_cancel_stops_it(tiny_model, meeting) -> None:
+    """A batch's chunks come out together: progress still moves while they are decoded (the
+    file queue shows it and cancels on it), and cancelling then stops before any comes out."""
+    audio = np.concatenate([meeting] * 2)
+    total = len(audio) / SR
+    cancel = threading.Event()
+    progress: list[float] = []
+    seen = []
+
+    def on_progress(done: float, _total: float) -> None:
+        progress.append(done)
+        if done > 0:
+            cancel.set()
+
+    with pytest.raises(TranscriptionCancelled):
+        for seg in transcribe_blocks(
+            tiny_model, _blocks(audio), BATCHED, total_seconds=total,
+            progress=on_progress, cancel=cancel,
+        ):  # fmt: skip
+            seen.append(seg)
+    assert seen == []
+    assert progress and 0 < progress[0] < total / 2

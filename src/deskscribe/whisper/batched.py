@@ -148,16 +148,22 @@ def transcribe_batched(
     )
     total = total_seconds if total_seconds is not None else -1.0
     seg_id, done = 0, 0.0
+
+    def report(seconds: float) -> None:
+        nonlocal done
+        if seconds > done:  # never backwards
+            done = seconds
+            if progress is not None:
+                progress(min(done, total) if total > 0 else done, total)
+
     try:
         pipe.start(blocks)
-        for chunk, segments in pipe.results():
+        for chunk, segments in pipe.results(report):
             for seg in segments:
                 seg.id = seg_id
                 seg_id += 1
             yield from segments
-            done = chunk.file_end
-            if progress is not None:
-                progress(min(done, total) if total > 0 else done, total)
+            report(chunk.file_end)
     finally:
         pipe.close()
     if progress is not None:
@@ -173,6 +179,33 @@ class _Halt:
 
     def is_set(self) -> bool:
         return self.closing.is_set() or (self.cancel is not None and self.cancel.is_set())
+
+
+class _LaneSteps:
+    """The lane's view of ``_Halt``: decoding checks it before every step, which is counted
+    (progress within a batch: a batch of chunks comes out all at once)."""
+
+    TOKENS_PER_SECOND = 4.0  # a generous estimate of tokens per second of speech
+
+    def __init__(self, halt: _Halt) -> None:
+        self.halt = halt
+        self.steps = 0
+        self.expected = 1
+        self.span = (0.0, 0.0)  # file time from the last chunk out before this batch to its end
+
+    def start(self, chunks: list[Chunk], after: float) -> None:
+        self.steps = 0
+        self.expected = max(1, int(self.TOKENS_PER_SECOND * max(c.seconds for c in chunks)))
+        self.span = (after, chunks[-1].file_end)
+
+    def estimate(self) -> float:
+        """File time up to which this lane's batch is (by its steps) about done."""
+        lo, hi = self.span
+        return lo + (hi - lo) * 0.9 * min(1.0, self.steps / self.expected)
+
+    def is_set(self) -> bool:
+        self.steps += 1
+        return self.halt.is_set()
 
 
 class _Pipeline:
@@ -195,11 +228,14 @@ class _Pipeline:
         self.error: BaseException | None = None
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
+        self.lane_steps = [_LaneSteps(self.halt) for _ in range(lanes)]
+        self.busy: set[int] = set()  # lanes decoding a batch
 
     def start(self, blocks: Iterable[np.ndarray]) -> None:
         self.threads = [threading.Thread(target=self._produce, args=(blocks,), name="vad")]
         self.threads += [
-            threading.Thread(target=self._work, name=f"lane-{i}") for i in range(self.lanes)
+            threading.Thread(target=self._work, args=(i,), name=f"lane-{i}")
+            for i in range(self.lanes)
         ]
         for t in self.threads:
             t.daemon = True
@@ -210,12 +246,16 @@ class _Pipeline:
         for t in self.threads:
             t.join()
 
-    def results(self) -> Iterator[tuple[Chunk, list[Segment]]]:
+    def results(self, report=None) -> Iterator[tuple[Chunk, list[Segment]]]:
+        """(chunk, its segments) in file order; ``report(seconds)`` is given an estimate of
+        the file time done while the next chunk is decoded."""
         index = 0
         while True:
             with self.cond:
                 while not self._ready(index):
                     self.cond.wait(timeout=0.1)
+                    if report is not None and self.busy:
+                        report(min(self.lane_steps[i].estimate() for i in self.busy))
                 if self.cancel is not None and self.cancel.is_set():
                     raise TranscriptionCancelled("transcription cancelled")
                 if self.error is not None:
@@ -281,17 +321,22 @@ class _Pipeline:
             taken.append(item)
         return taken or None
 
-    def _work(self) -> None:
+    def _work(self, lane: int) -> None:
+        steps = self.lane_steps[lane]
         try:
             while not self.halt.is_set():
                 taken = self._take()
                 if not taken:
                     return
                 chunks = [c for _, c in taken]
+                with self.cond:
+                    steps.start(chunks, chunks[0].pieces[0][1] / SAMPLE_RATE)
+                    self.busy.add(lane)
                 segments, self.group = _decode_fitting(
-                    self.model, chunks, self.language, self.options, self.prompt, self.halt
+                    self.model, chunks, self.language, self.options, self.prompt, steps
                 )
                 with self.cond:
+                    self.busy.discard(lane)
                     for (i, chunk), segs in zip(taken, segments, strict=True):
                         self.done[i] = (chunk, segs)
                     self.cond.notify_all()
