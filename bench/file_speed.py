@@ -1,16 +1,24 @@
 """File transcription speed and accuracy: DeskScribe vs faster-whisper, side by side.
 
-Builds a >= 5 minute English recording (JFK's 11 s + espeak-ng sentences in varied voices
-and speeds, short pauses between them, reference transcript alongside), then for each model
-and precision runs both engines with the same threads and decoding options (beam 5,
-language en, condition on previous text, temperature fallback, no VAD, no word timestamps).
-Each engine runs in its own child process so that its peak RSS is its own.
+Builds an English recording (JFK's 11 s + espeak-ng sentences in varied voices and speeds,
+short pauses between them, reference transcript alongside; 10 minutes by default), then for
+each model and precision runs, with the same threads, beam 5 and language en:
+
+- ``faster-whisper``: its sequential ``WhisperModel.transcribe`` (condition on previous text,
+  temperature fallback, no VAD);
+- ``faster-whisper-batched``: its ``BatchedInferencePipeline`` (Silero VAD, batch 8);
+- ``ours``: our sequential seek loop with the same options as faster-whisper's;
+- ``ours-batched``: our batched VAD path (``TranscribeOptions(batched=True)``, batch 8).
+
+Precision ``int8enc`` (ours only) pairs the int8 encoder with the fp32 decoder. Each engine
+runs in its own child process so that its peak RSS is its own.
 
     python bench/file_speed.py [--models tiny.en,base] [--precisions fp32,int8]
-                               [--threads N] [--minutes 5] [--cache bench/out]
+                               [--engines ...] [--threads N] [--minutes 10] [--repeat 2]
+    python bench/file_speed.py --memory [--minutes 10]      # peak RSS: 1 minute vs --minutes
 
 Prints a markdown table (load time, transcription wall time, real-time factor, peak RSS,
-WER, ours/faster-whisper time ratio) and a one-line summary. Not a test: figures only.
+WER, ratios) and summary lines. Not a test: figures only.
 """
 
 from __future__ import annotations
@@ -46,8 +54,10 @@ from common import (
 )
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
-ENGINES = ("faster-whisper", "ours")
-FW_COMPUTE = {"fp32": "float32", "int8": "int8", "fp16": "float16"}
+ENGINES = ("faster-whisper", "faster-whisper-batched", "ours", "ours-batched")
+BATCH = 8  # chunks per batch for both batched engines (faster-whisper's default)
+OURS_ONLY = {"int8enc"}  # precisions only we have
+FW_COMPUTE = {"fp32": "float32", "int8": "int8", "fp16": "float16", "int8enc": None}
 SAMPLE_RATE = 16000
 
 # Plain words only: no digits, abbreviations or spellings that differ between US and UK
@@ -220,7 +230,7 @@ def make_recording(cache: Path, minutes: float) -> tuple[Path, str, float]:
 def worker(engine: str, model_dir: str, precision: str, audio: str, threads: int) -> None:
     """Load one engine, transcribe once, emit figures. Runs in its own process."""
     base_rss = rss_mb()
-    if engine == "ours":
+    if engine.startswith("ours"):
         from deskscribe.whisper.model import WhisperModel
         from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_file
 
@@ -228,13 +238,21 @@ def worker(engine: str, model_dir: str, precision: str, audio: str, threads: int
         model = WhisperModel(model_dir, device="cpu", threads=threads)
         loaded = time.perf_counter()
         load_rss, cpu0 = rss_mb(), cpu_seconds()
+        batched = engine == "ours-batched"
         options = TranscribeOptions(
-            language="en", beam_size=5, condition_on_previous_text=True, word_timestamps=False
+            language="en",
+            beam_size=5,
+            # as faster-whisper's sequential transcribe; the batched path has no previous text
+            condition_on_previous_text=None if batched else True,
+            word_timestamps=False,
+            batched=batched,
+            batch_size=BATCH,
         )
         transcript = transcribe_file(model, audio, options)
         text = " ".join(s.text.strip() for s in transcript.segments)
         n_segments = len(transcript.segments)
     else:
+        from faster_whisper import BatchedInferencePipeline
         from faster_whisper import WhisperModel as FasterWhisper
 
         start = time.perf_counter()
@@ -247,14 +265,19 @@ def worker(engine: str, model_dir: str, precision: str, audio: str, threads: int
         )
         loaded = time.perf_counter()
         load_rss, cpu0 = rss_mb(), cpu_seconds()
-        segments, _info = model.transcribe(
-            audio,
-            language="en",
-            beam_size=5,
-            condition_on_previous_text=True,
-            vad_filter=False,
-            word_timestamps=False,
-        )
+        if engine == "faster-whisper-batched":
+            segments, _info = BatchedInferencePipeline(model).transcribe(
+                audio, language="en", beam_size=5, batch_size=BATCH, word_timestamps=False
+            )
+        else:
+            segments, _info = model.transcribe(
+                audio,
+                language="en",
+                beam_size=5,
+                condition_on_previous_text=True,
+                vad_filter=False,
+                word_timestamps=False,
+            )
         segments = list(segments)
         text = " ".join(s.text.strip() for s in segments)
         n_segments = len(segments)
@@ -280,12 +303,41 @@ def worker(engine: str, model_dir: str, precision: str, audio: str, threads: int
 def prepare_models(model: str, precision: str, cache: Path) -> dict[str, str]:
     """Model folders for both engines (ours built from the same CT2 weights, cached)."""
     ct2 = ct2_checkpoint(model, cache)
-    ours, seconds = built_model(
-        ct2, cache / "models" / f"{model}-{precision}", precision, f"{model}-{precision}"
-    )
-    if seconds is not None:
-        print(f"built {ours.name} in {seconds:.1f} s", flush=True)
-    return {"faster-whisper": str(ct2), "ours": str(ours)}
+    folders = {"faster-whisper": str(ct2), "faster-whisper-batched": str(ct2)}
+    if precision == "int8enc":
+        ours = hybrid_model(model, cache)
+    else:
+        ours, seconds = built_model(
+            ct2, cache / "models" / f"{model}-{precision}", precision, f"{model}-{precision}"
+        )
+        if seconds is not None:
+            print(f"built {ours.name} in {seconds:.1f} s", flush=True)
+    folders["ours"] = folders["ours-batched"] = str(ours)
+    return folders
+
+
+def hybrid_model(model: str, cache: Path) -> Path:
+    """The int8 build's encoder with the fp32 build's decoder (links to both builds): what
+    int8 costs in accuracy and buys in speed when only the encoder is quantized."""
+    fp32 = Path(prepare_models(model, "fp32", cache)["ours"])
+    int8 = Path(prepare_models(model, "int8", cache)["ours"])
+    folder = cache / "models" / f"{model}-int8enc"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, src in (
+        ("encoder.onnx", int8),
+        ("encoder.onnx.data", int8),
+        ("decoder.onnx", fp32),
+        ("decoder.onnx.data", fp32),
+        ("tokenizer.json", fp32),
+    ):
+        link = folder / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(src / name)
+    manifest = json.loads((fp32 / "manifest.json").read_text(encoding="utf-8"))
+    manifest["name"] = f"{model}-int8enc"
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return folder
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -302,10 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precisions", default="fp32,int8")
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--minutes", type=float, default=5.0)
+    p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--repeat", type=int, default=2, help="runs per engine; the fastest counts")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per engine run")
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="peak RSS of our engines on a 1-minute recording and on a --minutes one",
+    )
     p.add_argument(
         "--worker",
         nargs=5,
@@ -323,11 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     for e in engines:
         if e not in ENGINES:
-            raise SystemExit(f"unknown engine {e!r}; use {' or '.join(ENGINES)}")
+            raise SystemExit(f"unknown engine {e!r}; use one of {', '.join(ENGINES)}")
     for q in precisions:
         if q not in FW_COMPUTE:
-            raise SystemExit(f"unknown precision {q!r}; use fp32, int8 or fp16")
+            raise SystemExit(f"unknown precision {q!r}; use fp32, int8, int8enc or fp16")
     cache = args.cache.resolve()
+    if args.memory:
+        return memory_main(args, models, precisions, cache)
     audio, reference, duration = make_recording(cache, args.minutes)
     print(f"audio: {audio} ({duration / 60:.1f} min, {len(reference.split())} words)")
     print(f"machine: {machine_line(args.threads)}", flush=True)
@@ -336,29 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     for model in models:
         for precision in precisions:
             folders = prepare_models(model, precision, cache)
-            runs: dict[str, list[dict]] = {e: [] for e in engines}
-            for rep in range(args.repeat):
-                # Alternate the order so that drift in machine load does not favour one engine.
-                for engine in engines if rep % 2 == 0 else engines[::-1]:
-                    print(
-                        f"running {engine} {model} {precision} (run {rep + 1}/{args.repeat}) ...",
-                        flush=True,
-                    )
-                    r = run_child(
-                        Path(__file__),
-                        [
-                            "--worker",
-                            engine,
-                            folders[engine],
-                            precision,
-                            str(audio),
-                            str(args.threads),
-                        ],
-                        timeout=args.timeout,
-                    )
-                    print(f"  {describe_run(r)}", flush=True)
-                    runs[engine].append(r)
-            for engine in engines:
+            these = [e for e in engines if e.startswith("ours") or precision not in OURS_ONLY]
+            runs = measure(these, folders, model, precision, audio, args)
+            for engine in these:
                 results.append(best_of(runs[engine], model, precision, engine, reference, duration))
 
     print()
@@ -372,11 +411,78 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": duration,
         "threads": args.threads,
         "repeat": args.repeat,
+        "batch": BATCH,
         "reference": reference,
     }
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=1), encoding="utf-8")
     print(f"(transcripts and raw figures: {out})")
     return 0 if all("error" not in r for r in results) else 1
+
+
+def measure(
+    engines: list[str], folders: dict[str, str], model: str, precision: str, audio: Path, args
+) -> dict[str, list[dict]]:
+    """``args.repeat`` runs of each engine, each in a child process."""
+    runs: dict[str, list[dict]] = {e: [] for e in engines}
+    for rep in range(args.repeat):
+        # Alternate the order so that drift in machine load does not favour one engine.
+        for engine in engines if rep % 2 == 0 else engines[::-1]:
+            print(
+                f"running {engine} {model} {precision} (run {rep + 1}/{args.repeat}) ...",
+                flush=True,
+            )
+            r = run_child(
+                Path(__file__),
+                ["--worker", engine, folders[engine], precision, str(audio), str(args.threads)],
+                timeout=args.timeout,
+            )
+            print(f"  {describe_run(r)}", flush=True)
+            runs[engine].append(r)
+    return runs
+
+
+def memory_main(args, models: list[str], precisions: list[str], cache: Path) -> int:
+    """Peak RSS of our engines on 1 minute and on ``--minutes`` of the same kind of audio."""
+    engines = [e for e in args.engines.split(",") if e.startswith("ours")] or ["ours-batched"]
+    print(f"machine: {machine_line(args.threads)}", flush=True)
+    rows = []
+    for model in models:
+        for precision in precisions:
+            folders = prepare_models(model, precision, cache)
+            for minutes in (1.0, args.minutes):
+                audio, reference, duration = make_recording(cache, minutes)
+                runs = measure(engines, folders, model, precision, audio, args)
+                for engine in engines:
+                    r = best_of(runs[engine], model, precision, engine, reference, duration)
+                    rows.append((model, precision, engine, duration, r))
+    table = []
+    for model, precision, engine, duration, r in rows:
+        if "error" in r:
+            table.append([model, precision, engine, f"{duration / 60:.1f}", "failed", "", ""])
+            continue
+        table.append(
+            [
+                model,
+                precision,
+                engine,
+                f"{duration / 60:.1f}",
+                _fmt(r["load_rss_mb"], ".0f"),
+                _fmt(r["peak_rss_mb"], ".0f"),
+                _fmt(r["transcribe_s"], ".1f"),
+            ]
+        )
+    print()
+    header = [
+        "model",
+        "precision",
+        "engine",
+        "audio min",
+        "RSS after load MiB",
+        "peak RSS MiB",
+        "transcribe s",
+    ]
+    print(markdown_table(header, table))
+    return 0 if all("error" not in r for *_, r in rows) else 1
 
 
 def describe_run(r: dict) -> str:
@@ -410,17 +516,25 @@ def best_of(
     return best
 
 
-def _ratio(results: list[dict], r: dict) -> float | None:
-    if r["engine"] != "ours" or "error" in r:
-        return None
+def _fw_best(results: list[dict], model: str) -> dict | None:
+    """faster-whisper's fastest run on ``model`` (any engine, any precision)."""
+    fw = [
+        r
+        for r in results
+        if r["model"] == model and r["engine"].startswith("faster") and "error" not in r
+    ]
+    return min(fw, key=lambda r: r["transcribe_s"]) if fw else None
+
+
+def _ours_seq(results: list[dict], r: dict) -> dict | None:
     for o in results:
         if (
-            o["engine"] == "faster-whisper"
+            o["engine"] == "ours"
             and o["model"] == r["model"]
             and o["precision"] == r["precision"]
             and "error" not in o
         ):
-            return r["transcribe_s"] / o["transcribe_s"]
+            return o
     return None
 
 
@@ -435,14 +549,16 @@ def render(results: list[dict]) -> str:
         "RTF",
         "peak RSS MiB",
         "WER %",
-        "time ours/fw",
+        "time / fw best",
+        "speed-up vs ours seq",
     ]
     rows = []
     for r in results:
         if "error" in r:
-            rows.append([r["model"], r["precision"], r["engine"], "failed", *[""] * 6])
+            rows.append([r["model"], r["precision"], r["engine"], "failed", *[""] * 7])
             continue
-        ratio = _ratio(results, r)
+        best = _fw_best(results, r["model"])
+        seq = _ours_seq(results, r) if r["engine"] == "ours-batched" else None
         rows.append(
             [
                 r["model"],
@@ -454,7 +570,8 @@ def render(results: list[dict]) -> str:
                 _fmt(r["rtf"], ".3f"),
                 _fmt(r["peak_rss_mb"], ".0f"),
                 _fmt(100 * r["wer"], ".1f"),
-                f"{ratio:.2f}x" if ratio else "",
+                f"{r['transcribe_s'] / best['transcribe_s']:.2f}x" if best else "",
+                f"{seq['transcribe_s'] / r['transcribe_s']:.2f}x" if seq else "",
             ]
         )
     table = markdown_table(header, rows)
@@ -473,17 +590,41 @@ def disturbed(r: dict) -> bool:
 
 
 def summary(results: list[dict]) -> str:
-    ratios = [x for r in results if (x := _ratio(results, r))]
+    """Per model: our best against faster-whisper's best (wall time, WER), and what batching
+    buys over our sequential path at each precision."""
     ok = [r for r in results if "error" not in r]
-    if not ratios:
-        return "summary: no complete ours/faster-whisper pair"
-    geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-    wer_by = {e: [r["wer"] for r in ok if r["engine"] == e] for e in ENGINES}
-    wers = ", ".join(f"{e} {100 * sum(v) / len(v):.1f} %" for e, v in wer_by.items() if v)
-    return (
-        f"summary: ours takes {geo:.2f}x faster-whisper's transcription time (geometric mean over "
-        f"{len(ratios)} model/precision pairs, range {min(ratios):.2f}x-{max(ratios):.2f}x); mean WER {wers}"
-    )
+    lines = []
+    for model in dict.fromkeys(r["model"] for r in ok):
+        fw = _fw_best(ok, model)
+        ours = [r for r in ok if r["model"] == model and r["engine"].startswith("ours")]
+        if fw and ours:
+            best = min(ours, key=lambda r: r["transcribe_s"])
+            # Our fastest configuration whose WER is within one point of faster-whisper's best.
+            fair = [r for r in ours if r["wer"] <= fw["wer"] + 0.01]
+            line = (
+                f"{model}: our best {best['engine']} {best['precision']} "
+                f"{best['transcribe_s']:.1f} s (WER {100 * best['wer']:.1f} %) vs faster-whisper's "
+                f"best {fw['engine']} {fw['precision']} {fw['transcribe_s']:.1f} s "
+                f"(WER {100 * fw['wer']:.1f} %): {best['transcribe_s'] / fw['transcribe_s']:.2f}x"
+            )
+            if fair:
+                f = min(fair, key=lambda r: r["transcribe_s"])
+                line += (
+                    f"; within 1 WER point of it: {f['engine']} {f['precision']} "
+                    f"{f['transcribe_s'] / fw['transcribe_s']:.2f}x"
+                )
+            else:
+                line += "; none of ours is within 1 WER point of it"
+            lines.append(line)
+        for r in ours:
+            seq = _ours_seq(ok, r) if r["engine"] == "ours-batched" else None
+            if seq:
+                lines.append(
+                    f"{model} {r['precision']}: batched {seq['transcribe_s'] / r['transcribe_s']:.2f}x "
+                    f"faster than our sequential; WER {100 * r['wer']:.1f} % vs "
+                    f"{100 * seq['wer']:.1f} % ({100 * (r['wer'] - seq['wer']):+.1f} points)"
+                )
+    return "\n".join(lines) if lines else "summary: nothing to compare"
 
 
 if __name__ == "__main__":

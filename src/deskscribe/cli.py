@@ -53,6 +53,22 @@ def _parser() -> argparse.ArgumentParser:
         "--word-timestamps", action="store_true", help="time every word (JSON keeps them)"
     )
     t.add_argument("--initial-prompt", help="text that primes vocabulary and style")
+    t.add_argument(
+        "--batched",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="batched path (default): find speech with the VAD and decode 30 s chunks several "
+        "at a time, faster; --no-batched: the sequential path, window after window, each "
+        "conditioned on the text before it",
+    )
+    t.add_argument(
+        "--batch-size", type=int, default=0, help="chunks per batch (0: chosen for the device)"
+    )
+    t.add_argument(
+        "--condition-on-previous-text",
+        action="store_true",
+        help="prompt each window with the text before it (uses the sequential path)",
+    )
     t.add_argument("--timestamps", action="store_true", help="put [hh:mm:ss] on each TXT line")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.add_argument(
@@ -372,7 +388,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     from .whisper.decoding import DecodingError
     from .whisper.model import RUN_ERRORS, ModelNotBuiltError, WhisperModel
     from .whisper.runtime import DeviceError
-    from .whisper.transcribe import TranscribeOptions, transcribe_file
+    from .whisper.transcribe import TranscribeOptions, batching_fits, transcribe_file
 
     formats = list(dict.fromkeys(f.strip().lower() for f in args.format.split(",") if f.strip()))
     unknown = [f for f in formats if f not in FORMATS]
@@ -392,15 +408,24 @@ def _transcribe(args: argparse.Namespace) -> int:
     notes_shown = len(model.runtime.notes)
     for note in model.runtime.notes:
         _err(note)
-    if not args.quiet:
-        print(f"model {model.name} ({model.variant}) on {model.runtime.label}", file=sys.stderr)
     options = TranscribeOptions(
         language=args.language,
         task=args.task,
         beam_size=args.beam_size if args.beam_size > 1 else None,
         word_timestamps=args.word_timestamps,
         initial_prompt=args.initial_prompt,
+        condition_on_previous_text=True if args.condition_on_previous_text else None,
+        batched=args.batched,
+        batch_size=max(0, args.batch_size),
     )
+    unfit = batching_fits(options) if options.batched else None
+    if not args.quiet:
+        path_used = "batched" if options.batched and unfit is None else "sequential"
+        print(
+            f"model {model.name} ({model.variant}) on {model.runtime.label}, {path_used} path"
+            + (f" ({unfit})" if unfit else ""),
+            file=sys.stderr,
+        )
     failed = 0
     claimed: dict[Path, Path] = {}  # output file -> the input that writes it in this run
     for path in args.files:

@@ -24,6 +24,7 @@ KNOWN = {
     "output_formats": "formats exported automatically, e.g. txt,srt (default: txt)",
     "export_automatically": "export each file's transcript when it is done: true or false",
     "speakers": "label speakers in files: off, auto, or a number of speakers (default: off)",
+    "batched_files": "transcribe files on the faster batched path: true or false (default: true)",
     "live_source": "the app's live source: mic, system or both",
     "live_mic_device": "the microphone the app's live window used last",
     "live_system_device": "the system-audio source the app's live window used last",
@@ -53,6 +54,19 @@ def load() -> dict[str, Any]:
 
 def get(key: str, default: Any = None) -> Any:
     return load().get(key, default)
+
+
+def flag(key: str, default: bool) -> bool:
+    """A true/false setting; anything unreadable counts as ``default``."""
+    value = get(key, None)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    return default
 
 
 def set_value(key: str, value: Any) -> None:

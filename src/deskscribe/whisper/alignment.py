@@ -30,17 +30,27 @@ class WordTiming:
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Minimum-cost monotonic path through ``cost [N, M]``; returns (row indices, col indices)."""
     n, m = cost.shape
-    acc = np.full((n + 1, m + 1), np.inf)
-    acc[0, 0] = 0.0
-    trace = np.zeros((n + 1, m + 1), dtype=np.int8)
-    # Walk anti-diagonals so each step is one vectorised numpy operation.
+    # Anti-diagonal d holds the cells (i, d - i): each is one vectorised step, reading its
+    # three predecessors as slices of the two diagonals before it (indexed by i), and its
+    # costs as a diagonal view of the column-flipped matrix (no copies, no fancy indexing).
+    prev2 = np.full(n + 1, np.inf)
+    prev1 = np.full(n + 1, np.inf)
+    prev2[0] = 0.0  # diagonal 0: the cell (0, 0)
+    trace = np.zeros((n + m + 1, n + 1), dtype=np.int8)  # trace[i + j, i]
+    flipped = cost[:, ::-1]
     for d in range(2, n + m + 1):
-        i = np.arange(max(1, d - m), min(n, d - 1) + 1)
-        j = d - i
-        options = np.stack([acc[i - 1, j - 1], acc[i - 1, j], acc[i, j - 1]])
-        choice = np.argmin(options, axis=0)
-        acc[i, j] = cost[i - 1, j - 1] + options[choice, np.arange(len(i))]
-        trace[i, j] = choice
+        lo, hi = max(1, d - m), min(n, d - 1)
+        cur = np.full(n + 1, np.inf)
+        diag, up, left = prev2[lo - 1 : hi], prev1[lo - 1 : hi], prev1[lo : hi + 1]
+        offset = m - d + 1
+        first = max(0, -offset)
+        step_cost = np.diagonal(flipped, offset=offset)[lo - 1 - first : hi - first]
+        cur[lo : hi + 1] = step_cost + np.minimum(np.minimum(diag, up), left)
+        # The first of (diagonal, up, left) that is smallest, as argmin would pick it.
+        trace[d, lo : hi + 1] = np.where(
+            (diag <= up) & (diag <= left), 0, np.where(up <= left, 1, 2)
+        )
+        prev2, prev1 = prev1, cur
     i, j = n, m
     rows, cols = [], []
     while i > 0 or j > 0:
@@ -51,7 +61,7 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         elif j == 0:
             i -= 1
         else:
-            step = trace[i, j]
+            step = trace[i + j, i]
             if step == 0:
                 i, j = i - 1, j - 1
             elif step == 1:
@@ -62,13 +72,14 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _median_filter(x: np.ndarray, width: int) -> np.ndarray:
-    """Median over the last axis with reflect padding (width odd)."""
+    """Median over the last axis with reflect padding (width odd): the middle of each sorted
+    window, which is what np.median gives for an odd count, several times faster."""
     if x.shape[-1] <= width // 2:
         return x
     pad = width // 2
     padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
     windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
-    return np.median(windows, axis=-1)
+    return np.sort(windows, axis=-1)[..., pad]
 
 
 def find_alignment(

@@ -7,10 +7,13 @@ start-of-transcript position) and the detected language for multilingual models.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
+import onnxruntime as ort
 
 from .model import AudioFeatures, WhisperModel
 from .tokenizer import WhisperTokenizer
@@ -18,6 +21,15 @@ from .tokenizer import WhisperTokenizer
 
 class DecodingError(Exception):
     pass
+
+
+class TranscriptionCancelled(Exception):
+    pass
+
+
+def _check(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise TranscriptionCancelled("transcription cancelled")
 
 
 @dataclass
@@ -66,8 +78,9 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 class LogitFilter:
-    def apply(self, logits: np.ndarray, tokens: list[list[int]]) -> None:
-        """Set forbidden entries of ``logits [B, V]`` to -inf, in place."""
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        """Set forbidden entries of ``logits [B, V]`` to -inf, in place; ``tokens [B, n]`` are
+        the sequences so far (all of one length; a list of equal-length lists works too)."""
         raise NotImplementedError
 
 
@@ -78,21 +91,24 @@ class SuppressBlank(LogitFilter):
         self.ids = [*tokenizer.encode(" "), tokenizer.eot]
         self.sample_begin = sample_begin
 
-    def apply(self, logits: np.ndarray, tokens: list[list[int]]) -> None:
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
         if len(tokens[0]) == self.sample_begin:
             logits[:, self.ids] = -np.inf
 
 
 class SuppressTokens(LogitFilter):
     def __init__(self, ids: list[int]) -> None:
-        self.ids = list(ids)
+        self.ids = np.asarray(list(ids), dtype=np.int64)
 
-    def apply(self, logits: np.ndarray, tokens: list[list[int]]) -> None:
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
         logits[:, self.ids] = -np.inf
 
 
 class ApplyTimestampRules(LogitFilter):
-    """Timestamps come in pairs, never go backwards, and the window starts with one."""
+    """Timestamps come in pairs, never go backwards, and the window starts with one.
+
+    Vectorised over the rows: no Python work per row or per token of a row.
+    """
 
     def __init__(
         self, tokenizer: WhisperTokenizer, sample_begin: int, max_initial_index: int | None
@@ -101,46 +117,113 @@ class ApplyTimestampRules(LogitFilter):
         self.sample_begin = sample_begin
         self.max_initial_index = max_initial_index
 
-    def apply(self, logits: np.ndarray, tokens: list[list[int]]) -> None:
-        begin = self.tk.timestamp_begin
+    def apply(self, logits: np.ndarray, tokens: np.ndarray) -> None:
+        begin, eot = self.tk.timestamp_begin, self.tk.eot
         logits[:, self.tk.no_timestamps] = -np.inf
-        for k, seq in enumerate(tokens):
-            sampled = seq[self.sample_begin :]
-            last_ts = len(sampled) >= 1 and sampled[-1] >= begin
-            penultimate_ts = len(sampled) < 2 or sampled[-2] >= begin
-            if last_ts:
-                if penultimate_ts:
-                    logits[k, begin:] = -np.inf
-                else:
-                    logits[k, : self.tk.eot] = -np.inf
-            stamps = [t for t in sampled if t >= begin]
-            if stamps:
-                floor = stamps[-1] if last_ts and not penultimate_ts else stamps[-1] + 1
-                logits[k, begin:floor] = -np.inf
-        if len(tokens[0]) == self.sample_begin:
+        sampled = np.asarray(tokens, dtype=np.int64).reshape(logits.shape[0], -1)
+        sampled = sampled[:, self.sample_begin :]
+        n = sampled.shape[1]
+        if n == 0:
             logits[:, :begin] = -np.inf
             if self.max_initial_index is not None:
                 logits[:, begin + self.max_initial_index + 1 :] = -np.inf
-        logprobs = log_softmax(logits)
-        for k in range(logits.shape[0]):
-            ts = logprobs[k, begin:]
-            ts_total = np.logaddexp.reduce(ts) if np.isfinite(ts).any() else -np.inf
-            if ts_total > np.max(logprobs[k, :begin]):
-                logits[k, :begin] = -np.inf
+        else:
+            is_ts = sampled >= begin
+            last_ts = is_ts[:, -1]
+            penultimate_ts = is_ts[:, -2] if n >= 2 else np.ones_like(last_ts)
+            logits[last_ts & penultimate_ts, begin:] = -np.inf
+            logits[last_ts & ~penultimate_ts, :eot] = -np.inf
+            # Timestamps never decrease: the last one is the largest so far.
+            last_stamp = np.where(is_ts, sampled, -1).max(axis=1)
+            floor = np.where(last_ts & ~penultimate_ts, last_stamp, last_stamp + 1) - begin
+            floor[last_stamp < 0] = 0
+            if floor.any():
+                cols = np.arange(logits.shape[1] - begin)
+                logits[:, begin:][cols[None, :] < floor[:, None]] = -np.inf
+        # When the timestamps together are likelier than any single text token, sample a
+        # timestamp (compared on logits: the softmax normaliser cancels out).
+        ts = logits[:, begin:].astype(np.float64)
+        peak = ts.max(axis=1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            ts_total = peak + np.log(np.exp(ts - peak[:, None]).sum(axis=1))
+        ts_total = np.where(np.isfinite(peak), ts_total, -np.inf)
+        text_max = logits[:, :begin].max(axis=1)
+        logits[ts_total > text_max, :begin] = -np.inf
 
 
-def _looping(seq: list[int], max_period: int = 24) -> bool:
-    """True when the tail is one n-gram repeated many times (a hallucination loop)."""
-    n = len(seq)
+def looping_rows(sampled: np.ndarray, max_period: int = 24) -> np.ndarray:
+    """Per row of ``sampled [R, n]``: True when its tail is one n-gram repeated many times
+    (a hallucination loop)."""
+    rows, n = sampled.shape
+    out = np.zeros(rows, dtype=bool)
     for period in range(1, max_period + 1):
         repeats = 12 if period == 1 else (6 if period < 4 else 4)
         span = period * repeats
         if n < span:
             break
-        tail = seq[-span:]
-        if all(tail[i] == tail[i % period] for i in range(span)):
-            return True
-    return False
+        tail = sampled[:, -span:]
+        out |= (tail[:, period:] == tail[:, :-period]).all(axis=1)
+    return out
+
+
+def _looping(seq: list[int], max_period: int = 24) -> bool:
+    """True when the tail is one n-gram repeated many times (a hallucination loop)."""
+    return bool(looping_rows(np.asarray([seq], dtype=np.int64).reshape(1, -1), max_period)[0])
+
+
+def _logsumexp(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-sum-exp of ``logits [R, V]`` in float32 (rows all -inf give -inf)."""
+    peak = logits.max(axis=1)
+    safe = np.where(np.isfinite(peak), peak, 0.0).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        return safe + np.log(np.exp(logits - safe[:, None]).sum(axis=1))
+
+
+@lru_cache(maxsize=4)
+def _top_session(threads: int) -> ort.InferenceSession:
+    """TopK and log-softmax of the picks per row, in ONNX Runtime: numpy's argpartition
+    slows down ten times on rows that are mostly -inf (as the timestamp rules make them),
+    and ORT's own ReduceLogSumExp is slower than max / exp / sum / log spelled out."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("TopK", ["logits", "k"], ["values", "indices"], axis=1),
+        helper.make_node("ReduceMax", ["logits"], ["peak"], axes=[1], keepdims=1),
+        helper.make_node("Sub", ["logits", "peak"], ["shifted"]),
+        helper.make_node("Exp", ["shifted"], ["exp"]),
+        helper.make_node("ReduceSum", ["exp", "axis"], ["total"], keepdims=1),
+        helper.make_node("Log", ["total"], ["log_total"]),
+        helper.make_node("Add", ["log_total", "peak"], ["lse"]),
+        helper.make_node("Sub", ["values", "lse"], ["logprobs"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "top_candidates",
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["rows", "vocab"]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("indices", TensorProto.INT64, ["rows", "k"]),
+            helper.make_tensor_value_info("logprobs", TensorProto.FLOAT, ["rows", "k"]),
+        ],
+        [helper.make_tensor("axis", TensorProto.INT64, [1], [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def top_candidates(logits: np.ndarray, k: int, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best tokens of each row of ``logits [R, V]`` and their log-probabilities."""
+    indices, logprobs = _top_session(threads).run(
+        None, {"logits": logits, "k": np.array([k], dtype=np.int64)}
+    )
+    return indices, logprobs
 
 
 # --------------------------------------------------------------------------- decoding
@@ -154,7 +237,21 @@ def check_task(tokenizer: WhisperTokenizer, task: str) -> None:
         )
 
 
+@dataclass
+class _Search:
+    """What a search hands back per window: tokens, their logprobs, the summed logprob
+    (end-of-text included) and whether it stopped on a repetition loop."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    total: float
+    looped: bool = False
+
+
 class WindowDecoder:
+    """Decodes 30 s windows: one (``decode``) or a batch of them at once (``decode_batch``),
+    greedy or with beam search, all windows sharing one prompt and language."""
+
     def __init__(self, model: WhisperModel, options: DecodingOptions) -> None:
         self.model = model
         self.tk = model.tokenizer
@@ -216,137 +313,262 @@ class WindowDecoder:
 
     def decode(self, audio: AudioFeatures, language: str | None) -> DecodingResult:
         """Decode one window (``audio`` has batch 1)."""
-        initial, sot_index = self.initial_tokens(language)
-        sample_begin = len(initial)
-        filters = self.filters(sample_begin)
-        n_beams = self.opt.beam_size if self.opt.beam_size and self.opt.temperature == 0 else 1
-        # The prompt is fed once (batch 1); beam search fans the cache out to its beams on the
-        # first step through cache_index, so identical copies are never computed.
-        state = self.model.start(audio, 1)
+        return self.decode_batch(audio, language)[0]
 
-        # Feed everything up to <|startoftranscript|> first: its logits give no-speech.
-        head = np.array([initial[: sot_index + 1]])
+    def decode_batch(
+        self, audio: AudioFeatures, language: str | None, cancel: threading.Event | None = None
+    ) -> list[DecodingResult]:
+        """Decode the ``audio.batch`` windows of ``audio`` together; one result per window.
+        ``cancel`` is checked before every decoder step (TranscriptionCancelled)."""
+        n_audio = audio.batch
+        initial, sot_index = self.initial_tokens(language)
+        filters = self.filters(len(initial))
+        n_beams = self.opt.beam_size if self.opt.beam_size and self.opt.temperature == 0 else 1
+        # The prompt is fed once per window; beam search fans the cache out to its beams on
+        # the first step through cache_index, so identical copies are never computed.
+        state = self.model.start(audio, n_audio)
+        head = np.array([initial[: sot_index + 1]] * n_audio)
         logits, _ = state.step(head)
-        no_speech_prob = float(np.exp(log_softmax(logits[0].astype(np.float64))[self.tk.no_speech]))
+        # No-speech probability: the softmax at <|startoftranscript|>.
+        head_lps = logits[:, self.tk.no_speech].astype(np.float64) - _logsumexp(
+            logits.astype(np.float64)
+        )
+        no_speech = np.exp(head_lps)
         rest = initial[sot_index + 1 :]
         if rest:
-            logits, _ = state.step(np.array([rest]))
-
+            logits, _ = state.step(np.array([rest] * n_audio))
         if n_beams > 1:
-            tokens, logprobs, total, looped = self._beam_search(
-                state, logits, initial, filters, n_beams
-            )
+            search = _BeamSearch(self, state, initial, filters, n_beams)
+            found = search.run(logits, n_audio, cancel)
         else:
-            tokens, logprobs, total, looped = self._greedy(state, logits, initial, filters)
+            found = self._greedy(state, logits, initial, filters, n_audio, cancel)
+        results = []
+        for k, f in enumerate(found):
+            text = self.tk.decode([t for t in f.tokens if t < self.tk.eot])
+            results.append(
+                DecodingResult(
+                    tokens=f.tokens,
+                    token_logprobs=f.logprobs,
+                    text=text,
+                    avg_logprob=f.total / (len(f.tokens) + 1),
+                    no_speech_prob=float(no_speech[k]),
+                    temperature=self.opt.temperature,
+                    compression_ratio=compression_ratio(text),
+                    language=language,
+                    looped=f.looped,
+                )
+            )
+        return results
 
-        text = self.tk.decode([t for t in tokens if t < self.tk.eot])
-        avg = total / (len(tokens) + 1)
-        return DecodingResult(
-            tokens=tokens,
-            token_logprobs=logprobs,
-            text=text,
-            avg_logprob=avg,
-            no_speech_prob=no_speech_prob,
-            temperature=self.opt.temperature,
-            compression_ratio=compression_ratio(text),
-            language=language,
-            looped=looped,
-        )
-
-    def _pick(self, logits: np.ndarray) -> int:
+    def _pick(self, logits: np.ndarray) -> np.ndarray:
+        """Next token per row of ``logits [R, V]``: argmax, or sampled at the temperature."""
         if self.opt.temperature == 0:
-            return int(np.argmax(logits))
-        probs = np.exp(log_softmax(logits.astype(np.float64) / self.opt.temperature))
-        return int(self.rng.choice(len(probs), p=probs / probs.sum()))
+            return logits.argmax(axis=1)
+        picks = []
+        for row in logits:
+            probs = np.exp(log_softmax(row.astype(np.float64) / self.opt.temperature))
+            picks.append(int(self.rng.choice(len(probs), p=probs / probs.sum())))
+        return np.array(picks, dtype=np.int64)
 
     def _greedy(
-        self, state, logits, initial, filters
-    ) -> tuple[list[int], list[float], float, bool]:
-        """Returns (tokens, their logprobs, sum of logprobs incl. end-of-text, looped)."""
-        seq = list(initial)
-        out: list[int] = []
-        logprobs: list[float] = []
-        total = 0.0
+        self,
+        state,
+        logits: np.ndarray,
+        initial: list[int],
+        filters,
+        n_audio: int,
+        cancel: threading.Event | None = None,
+    ) -> list[_Search]:
+        """Greedy (or sampled) decoding of ``n_audio`` windows; finished windows leave the
+        batch (their rows and audio are dropped) where the audio is in host memory."""
+        eot = self.tk.eot
+        seq = np.array([initial] * n_audio, dtype=np.int64)  # rows of the current batch
+        rows = np.arange(n_audio)  # window of each row
+        out = [_Search([], [], 0.0) for _ in range(n_audio)]
         for _ in range(self.sample_len):
-            logits = logits.astype(np.float32, copy=True)
+            _check(cancel)
+            logits = np.asarray(logits, dtype=np.float32)  # a fresh array: filtered in place
             for f in filters:
-                f.apply(logits, [seq])
-            token = self._pick(logits[0])
-            lp = float(log_softmax(logits[0].astype(np.float64))[token])
-            total += lp
-            if token == self.tk.eot:
-                break
-            out.append(token)
-            logprobs.append(lp)
-            seq.append(token)
-            if _looping(out):
-                return out, logprobs, total, True
-            if len(seq) >= self.n_ctx:
-                break
-            logits, _ = state.step(np.array([[token]]))
-        return out, logprobs, total, False
-
-    def _beam_search(
-        self, state, logits, initial, filters, n_beams
-    ) -> tuple[list[int], list[float], float, bool]:
-        beams: list[list[int]] = [list(initial) for _ in range(n_beams)]
-        scores = [0.0] * n_beams
-        token_lps: list[list[float]] = [[] for _ in range(n_beams)]
-        finished: list[tuple[list[int], float, list[float]]] = []
-        max_candidates = max(1, round(n_beams * self.opt.patience))
-        for _ in range(self.sample_len):
-            logits = logits.astype(np.float32, copy=True)
-            for f in filters:
-                f.apply(logits, beams[: logits.shape[0]])
-            lps = log_softmax(logits.astype(np.float64))
-            candidates = []
-            rows = logits.shape[0]  # 1 at the first step, where all beams are still the prompt
-            for b in range(rows):
-                top = np.argpartition(-lps[b], n_beams)[: n_beams + 1]
-                for t in top:
-                    if np.isfinite(lps[b, t]):
-                        candidates.append(
-                            (scores[b] + float(lps[b, t]), b, int(t), float(lps[b, t]))
-                        )
-            candidates.sort(key=lambda c: -c[0])
-            next_beams, next_scores, next_lps, origin = [], [], [], []
-            for score, b, t, lp in candidates:
-                if t == self.tk.eot:
-                    if len(finished) < max_candidates:
-                        finished.append((beams[b][len(initial) :], score, token_lps[b]))
+                f.apply(logits, seq)
+            tokens = self._pick(logits)
+            lps = logits[np.arange(len(rows)), tokens] - _logsumexp(logits)
+            live = []
+            for r, w in enumerate(rows):
+                if w < 0:
+                    continue  # a finished window still in the batch (audio on a device)
+                out[w].total += float(lps[r])
+                if tokens[r] == eot:
+                    rows[r] = -1
                     continue
-                next_beams.append([*beams[b], t])
-                next_scores.append(score)
-                next_lps.append([*token_lps[b], lp])
-                origin.append(b)
-                if len(next_beams) == n_beams:
-                    break
-            if (
-                len(finished) >= max_candidates
-                or not next_beams
-                or len(next_beams[0]) >= self.n_ctx
-            ):
+                out[w].tokens.append(int(tokens[r]))
+                out[w].logprobs.append(float(lps[r]))
+                live.append(r)
+            seq = np.concatenate([seq, tokens[:, None]], axis=1)
+            looped = looping_rows(seq[:, len(initial) :]) & (rows >= 0)
+            for r in np.flatnonzero(looped):
+                out[rows[r]].looped = True
+                rows[r] = -1
+                live.remove(r)
+            if not live or seq.shape[1] >= self.n_ctx:
                 break
-            beams, scores, token_lps = next_beams, next_scores, next_lps
-            if any(_looping(b_[len(initial) :]) for b_ in beams[:1]):
-                return beams[0][len(initial) :], token_lps[0], scores[0], True
-            logits, _ = state.step(np.array([[b_[-1]] for b_ in beams]), np.array(origin))
-        # Like openai/whisper: unfinished beams make up the numbers, best first, and sequences
-        # are ranked by summed log-probability over their length (end-of-text not counted).
-        for b_, sc, lp in sorted(zip(beams, scores, token_lps, strict=True), key=lambda x: -x[1]):
-            if len(finished) >= n_beams:
+            keep = np.array(live)
+            if len(live) < len(rows) and state.select_audio(keep):
+                seq, rows, tokens = seq[keep], rows[keep], tokens[keep]
+                logits, _ = state.step(tokens[:, None], keep)
+            else:
+                tokens = np.where(rows >= 0, tokens, eot)
+                logits, _ = state.step(tokens[:, None])
+        return out
+
+
+class _BeamSearch:
+    """Beam search over a batch of windows, as openai/whisper's ``BeamSearchDecoder``.
+
+    Rows are grouped by window (one row per window on the first step, ``n_beams`` after);
+    per step, the candidates are the ``n_beams + 1`` best tokens of every row of a window.
+    Windows that are done leave the batch where their audio is in host memory.
+    """
+
+    def __init__(self, decoder: WindowDecoder, state, initial, filters, n_beams: int) -> None:
+        self.d = decoder
+        self.state = state
+        self.n_init = len(initial)
+        self.initial = initial
+        self.filters = filters
+        self.k = n_beams
+        self.max_candidates = max(1, round(n_beams * decoder.opt.patience))
+
+    def run(
+        self, logits: np.ndarray, n_audio: int, cancel: threading.Event | None = None
+    ) -> list[_Search]:
+        k, eot, n_init = self.k, self.d.tk.eot, self.n_init
+        seq = np.array([self.initial] * n_audio, dtype=np.int64)
+        scores = np.zeros(n_audio)
+        token_lps: list[list[float]] = [[] for _ in range(n_audio)]
+        windows = list(range(n_audio))  # window in each audio slot of the state (-1: done)
+        finished: list[list[tuple[list[int], float, list[float]]]] = [[] for _ in range(n_audio)]
+        results: list[_Search | None] = [None] * n_audio
+        group = 1  # rows per window in the current batch
+        for _ in range(self.d.sample_len):
+            _check(cancel)
+            logits = np.asarray(logits, dtype=np.float32)  # a fresh array: filtered in place
+            for f in self.filters:
+                f.apply(logits, seq)
+            top, cand_lp = top_candidates(logits, k + 1, self.d.model.runtime.threads)
+            cand_score = scores[:, None] + cand_lp
+            origin, new_tokens, new_scores, new_lps = [], [], [], []
+            for j, w in enumerate(windows):
+                lo = j * group
+                if w < 0:  # done, but its rows stay (the audio is on a device)
+                    origin += [lo] * k
+                    new_tokens += [eot] * k
+                    new_scores += [-np.inf] * k
+                    new_lps += [0.0] * k
+                    continue
+                picked = self._update(
+                    w, lo, group, seq, scores, token_lps, top, cand_lp, cand_score, finished
+                )
+                if picked is None:  # the window is done: its best beams made up the numbers
+                    results[w] = self._best(
+                        w, finished[w], seq[lo : lo + group], scores, lo, token_lps
+                    )
+                    windows[j] = -1
+                    origin += [lo] * k
+                    new_tokens += [eot] * k
+                    new_scores += [-np.inf] * k
+                    new_lps += [0.0] * k
+                    continue
+                for r, t, sc, lp in picked:
+                    origin.append(r)
+                    new_tokens.append(t)
+                    new_scores.append(sc)
+                    new_lps.append(lp)
+            origin_a = np.array(origin, dtype=np.int64)
+            seq = np.concatenate([seq[origin_a], np.array(new_tokens)[:, None]], axis=1)
+            scores = np.array(new_scores)
+            token_lps = [
+                [*token_lps[r], lp] if sc > -np.inf else []
+                for r, lp, sc in zip(origin, new_lps, new_scores, strict=True)
+            ]
+            group = k
+            # A loop in a window's best beam ends that window (openai/whisper's guard).
+            best_rows = np.arange(0, len(windows) * k, k)
+            looped = looping_rows(seq[best_rows, n_init:])
+            for j in np.flatnonzero(looped):
+                w = windows[j]
+                if w >= 0:
+                    r = j * k
+                    results[w] = _Search(seq[r, n_init:].tolist(), token_lps[r], scores[r], True)
+                    windows[j] = -1
+            live = [j for j, w in enumerate(windows) if w >= 0]
+            if not live:
                 break
-            finished.append((b_[len(initial) :], sc, lp))
+            rows = np.array([j * k + b for j in live for b in range(k)], dtype=np.int64)
+            if len(live) < len(windows) and self.state.select_audio(np.array(live)):
+                windows = [windows[j] for j in live]
+                seq, scores = seq[rows], scores[rows]
+                token_lps = [token_lps[r] for r in rows]
+                logits, _ = self.state.step(seq[:, -1:], origin_a[rows])
+            else:
+                logits, _ = self.state.step(seq[:, -1:], origin_a)
+        for j, w in enumerate(windows):  # out of steps: rank what there is
+            if w >= 0:
+                lo = j * group
+                results[w] = self._best(w, finished[w], seq[lo : lo + group], scores, lo, token_lps)
+        return [r if r is not None else _Search([], [], 0.0) for r in results]
+
+    def _update(self, w, lo, group, seq, scores, token_lps, top, cand_lp, cand_score, finished):
+        """The window's next beams [(row, token, score, logprob)], or None when it is done."""
+        k, eot = self.k, self.d.tk.eot
+        sc = cand_score[lo : lo + group].ravel()
+        order = np.argsort(-sc, kind="stable")
+        picked = []
+        for idx in order:
+            if not np.isfinite(sc[idx]):
+                break
+            r, c = lo + idx // (k + 1), idx % (k + 1)
+            t = int(top[r, c])
+            if t == eot:
+                if len(finished[w]) < self.max_candidates:
+                    finished[w].append(
+                        (seq[r, self.n_init :].tolist(), float(sc[idx]), token_lps[r])
+                    )
+                continue
+            picked.append((r, t, float(sc[idx]), float(cand_lp[r, c])))
+            if len(picked) == k:
+                break
+        if (
+            len(finished[w]) >= self.max_candidates
+            or not picked
+            or seq.shape[1] + 1 >= self.d.n_ctx
+        ):
+            return None
+        while len(picked) < k:  # too few finite candidates: pad with a beam that never wins
+            r, t, _, lp = picked[-1]
+            picked.append((r, t, -np.inf, lp))
+        return picked
+
+    def _best(self, w, finished, beams, scores, lo, token_lps) -> _Search:
+        """Rank a window's finished sequences (unfinished beams make up the numbers, best
+        first) by summed log-probability over length, as openai/whisper does."""
+        found = list(finished)
+        order = np.argsort(-scores[lo : lo + len(beams)], kind="stable")
+        for b in order:
+            if len(found) >= self.k:
+                break
+            if np.isfinite(scores[lo + b]):
+                found.append(
+                    (beams[b, self.n_init :].tolist(), float(scores[lo + b]), token_lps[lo + b])
+                )
+        if not found:
+            return _Search([], [], 0.0)
+        penalty_exp = self.d.opt.length_penalty
 
         def rank(item: tuple[list[int], float, list[float]]) -> float:
             tokens, score, _ = item
             length = max(1, len(tokens))
-            penalty = (
-                length
-                if self.opt.length_penalty is None
-                else ((5 + length) / 6) ** self.opt.length_penalty
-            )
+            penalty = length if penalty_exp is None else ((5 + length) / 6) ** penalty_exp
             return score / penalty
 
-        best = max(finished, key=rank)
-        return best[0], best[2], best[1], False
+        tokens, score, lps = max(found, key=rank)
+        return _Search(tokens, lps, score, False)

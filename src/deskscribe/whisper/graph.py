@@ -28,7 +28,7 @@ from .onnx_writer import GraphWriter
 from .weights import Checkpoint, QuantizedTensor
 
 VARIANTS = ("fp32", "fp16", "int8")
-GRAPH_VERSION = 3  # bump when the graphs change: built models must be rebuilt
+GRAPH_VERSION = 4  # bump when the graphs change: built models must be rebuilt
 
 
 @dataclass
@@ -210,25 +210,24 @@ def build_decoder(
         S = d.n_audio_ctx
         ft = cfg.onnx_dtype
         tokens = g.add_input("tokens", TensorProto.INT64, ["batch", "tokens"])
-        # cache_index[b] names the row of the cache that sequence b continues: beam search
-        # reorders its beams here, on whatever device the cache lives on.
-        cache_index = g.add_input("cache_index", TensorProto.INT64, ["batch"])
-        past_k = g.add_input("past_k", ft, [L, "cache_batch", H, dh, "past"])
-        past_v = g.add_input("past_v", ft, [L, "cache_batch", H, "past", dh])
-        # Cross K/V may have batch 1 (shared by all beams, broadcast by MatMul) or batch B.
+        # The self-attention cache is a buffer per layer with room to spare: slots at and after
+        # past_len are ignored (masked), and only the new tokens' keys/values come out, so no
+        # step copies the cache (the caller writes new_k/new_v into the buffer).
+        past_len = g.add_input("past_len", TensorProto.INT64, [1])
+        past_k = [g.add_input(f"past_k_{i}", ft, ["batch", H, dh, "slots"]) for i in range(L)]
+        past_v = [g.add_input(f"past_v_{i}", ft, ["batch", H, "slots", dh]) for i in range(L)]
+        # Cross K/V per audio: rows [j * G, (j + 1) * G) of the batch read audio j, where
+        # G = batch / audio_batch (1 for one sequence per window, the beam size for beam search).
         cross_k = [g.add_input(f"cross_k_{i}", ft, ["audio_batch", H, dh, S]) for i in range(L)]
         cross_v = [g.add_input(f"cross_v_{i}", ft, ["audio_batch", H, S, dh]) for i in range(L)]
-        past_k = g.op("Gather", past_k, cache_index, axis=1)
-        past_v = g.op("Gather", past_v, cache_index, axis=1)
 
-        past_len = g.op("Shape", past_k, start=4, end=5)
         n_new = g.op("Shape", tokens, start=1, end=2)
-        total = g.op("Add", past_len, n_new)
-        zero = g.const(0)
-        one = g.const(1)
-        squeeze0 = g.const([0])
-        start = g.op("Squeeze", past_len, squeeze0)
-        stop = g.op("Squeeze", total, squeeze0)
+        n_batch = g.op("Shape", tokens, start=0, end=1)
+        n_audio = g.op("Shape", cross_k[0], start=0, end=1)
+        slots = g.op("Shape", past_k[0], start=3, end=4)
+        zero, one, axis0 = g.const(0), g.const(1), g.const([0])
+        start = g.op("Squeeze", past_len, axis0)
+        stop = g.op("Squeeze", g.op("Add", past_len, n_new), axis0)
         positions = g.op("Range", start, stop, one)
         embed = b.float_weight("dec.embed")
         x = g.op(
@@ -236,40 +235,57 @@ def build_decoder(
             g.op("Gather", embed, tokens, axis=0),
             g.op("Gather", b.float_weight("dec.pos"), positions, axis=0),
         )
-        # Causal mask [T, P+T]: query i (absolute position P+i) may not see key j > P+i.
-        key_pos = g.op("Range", zero, stop, one)
-        blocked = g.op(
-            "Greater",
-            g.op("Unsqueeze", key_pos, squeeze0),
-            g.op("Unsqueeze", positions, g.const([1])),
+        # Mask [T, slots + T]: a cached slot counts when it is below past_len; among the new
+        # tokens, query i may not see key j > i.
+        neg = g.weight(np.array(-np.inf, dtype=cfg.np_dtype))
+        nil = g.weight(np.array(0, dtype=cfg.np_dtype))
+        slot_ids = g.op("Range", zero, g.op("Squeeze", slots, axis0), one)
+        cached = g.op("Where", g.op("Less", slot_ids, past_len), nil, neg)
+        cached = g.op(
+            "Expand", g.op("Unsqueeze", cached, axis0), g.op("Concat", n_new, slots, axis=0)
         )
-        neg = np.array(-np.inf, dtype=cfg.np_dtype)
-        mask = g.op("Where", blocked, g.weight(neg), g.weight(np.array(0, dtype=cfg.np_dtype)))
+        new_ids = g.op("Range", zero, g.op("Squeeze", n_new, axis0), one)
+        blocked = g.op(
+            "Greater", g.op("Unsqueeze", new_ids, axis0), g.op("Unsqueeze", new_ids, g.const([1]))
+        )
+        mask = g.op("Concat", cached, g.op("Where", blocked, neg, nil), axis=1)
+        split_sizes = g.op("Concat", slots, n_new, axis=0)
+        # [audio_batch, -1, H, dh] groups the rows of one audio; [batch, T, d] undoes it.
+        grouped = g.op("Concat", n_audio, g.const([-1, H, dh]), axis=0)
+        ungrouped = g.op("Concat", n_batch, n_new, g.const([d.n_text_state]), axis=0)
 
         scale = dh**-0.5
-        present_k, present_v, align = [], [], []
-        axis0 = g.const([0])
+        new_k, new_v, align = [], [], []
         for i in range(L):
             p = f"dec.{i}"
-            idx = g.const(i)
             h = b.layer_norm(x, f"{p}.attn_ln")
             q = b.split_heads(b.linear(h, f"{p}.attn.q", scale=scale), H, dh, [0, 2, 1, 3])
-            k_new = b.split_heads(b.linear(h, f"{p}.attn.k", bias=False), H, dh, [0, 2, 3, 1])
-            v_new = b.split_heads(b.linear(h, f"{p}.attn.v"), H, dh, [0, 2, 1, 3])
-            k_all = g.op("Concat", g.op("Gather", past_k, idx, axis=0), k_new, axis=3)
-            v_all = g.op("Concat", g.op("Gather", past_v, idx, axis=0), v_new, axis=2)
-            present_k.append(g.op("Unsqueeze", k_all, axis0))
-            present_v.append(g.op("Unsqueeze", v_all, axis0))
-            out, _ = b.attend(q, k_all, v_all, mask)
+            k = b.split_heads(b.linear(h, f"{p}.attn.k", bias=False), H, dh, [0, 2, 3, 1])
+            v = b.split_heads(b.linear(h, f"{p}.attn.v"), H, dh, [0, 2, 1, 3])
+            new_k.append(k)
+            new_v.append(v)
+            scores = g.op("Concat", g.op("MatMul", q, past_k[i]), g.op("MatMul", q, k), axis=-1)
+            probs = g.op("Softmax", g.op("Add", scores, mask), axis=-1)
+            p_past, p_new = g.op("Split", probs, split_sizes, axis=-1, outputs=2)
+            out = g.op("Add", g.op("MatMul", p_past, past_v[i]), g.op("MatMul", p_new, v))
             x = g.op("Add", x, b.linear(b.merge_heads(out, d.n_text_state), f"{p}.attn.o"))
 
             h = b.layer_norm(x, f"{p}.cross_ln")
-            q = b.split_heads(b.linear(h, f"{p}.cross.q", scale=scale), H, dh, [0, 2, 1, 3])
+            q = g.op("Reshape", b.linear(h, f"{p}.cross.q", scale=scale), grouped)
+            q = g.op("Transpose", q, perm=[0, 2, 1, 3])  # [audio_batch, H, G*T, dh]
             out, probs = b.attend(q, cross_k[i], cross_v[i])
-            x = g.op("Add", x, b.linear(b.merge_heads(out, d.n_text_state), f"{p}.cross.o"))
+            out = g.op("Reshape", g.op("Transpose", out, perm=[0, 2, 1, 3]), ungrouped)
+            x = g.op("Add", x, b.linear(out, f"{p}.cross.o"))
             heads = [hd for layer, hd in alignment_heads if layer == i]
             if heads:
-                align.append(g.op("Gather", probs, g.const(heads), axis=1))
+                # [audio_batch, A_i, G*T, S] -> [batch, A_i, T, S]
+                picked = g.op("Gather", probs, g.const(heads), axis=1)
+                shape5 = g.op(
+                    "Concat", n_audio, g.const([len(heads), -1]), n_new, g.const([S]), axis=0
+                )
+                picked = g.op("Transpose", g.op("Reshape", picked, shape5), perm=[0, 2, 1, 3, 4])
+                shape4 = g.op("Concat", n_batch, g.const([len(heads)]), n_new, g.const([S]), axis=0)
+                align.append(g.op("Reshape", picked, shape4))
             x = g.op("Add", x, b.mlp(b.layer_norm(x, f"{p}.mlp_ln"), p))
 
         x = b.layer_norm(x, "dec.ln")
@@ -289,12 +305,13 @@ def build_decoder(
             # The same embedding matrix, read transposed: no second copy on disk or on the GPU.
             logits = g.op("Gemm", last, embed, transB=1)
         g.identity(g.op("Cast", logits, to=TensorProto.FLOAT), "logits")
-        g.identity(g.op("Concat", *present_k, axis=0), "present_k")
-        g.identity(g.op("Concat", *present_v, axis=0), "present_v")
-        g.identity(g.op("Cast", g.op("Concat", *align, axis=1), to=TensorProto.FLOAT), "alignment")
         g.add_output("logits", TensorProto.FLOAT, ["batch", d.n_vocab])
-        g.add_output("present_k", ft, [L, "batch", H, dh, "total"])
-        g.add_output("present_v", ft, [L, "batch", H, "total", dh])
+        for i in range(L):
+            g.identity(new_k[i], f"new_k_{i}")
+            g.identity(new_v[i], f"new_v_{i}")
+            g.add_output(f"new_k_{i}", ft, ["batch", H, dh, "tokens"])
+            g.add_output(f"new_v_{i}", ft, ["batch", H, "tokens", dh])
+        g.identity(g.op("Cast", g.op("Concat", *align, axis=1), to=TensorProto.FLOAT), "alignment")
         g.add_output("alignment", TensorProto.FLOAT, ["batch", len(alignment_heads), "tokens", S])
         g.save()
     except BaseException:

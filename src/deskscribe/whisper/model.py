@@ -9,9 +9,11 @@ so in ``runtime.notes``.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -20,7 +22,15 @@ import numpy as np
 import onnxruntime as ort
 
 from .graph import GRAPH_VERSION
-from .runtime import CUDA, Runtime
+from .runtime import (
+    CPU,
+    CUDA,
+    DEVICES,
+    Runtime,
+    available_providers,
+    provider_options,
+    session_options,
+)
 from .tokenizer import TokenizerError, WhisperTokenizer
 from .weights import Dims
 
@@ -96,13 +106,84 @@ class WhisperModel:
         self.np_dtype = np.float16 if self.variant == "fp16" else np.float32
         self.runtime = Runtime(device=device, threads=threads)
         self._lock = threading.Lock()
+        self._local = threading.local()
         self.sessions = self._open_sessions()
+        n = self.dims.n_text_layer
+        # Decoder outputs in the order the decoder state reads them.
+        self.decoder_outputs = [
+            "logits",
+            *(f"new_k_{i}" for i in range(n)),
+            *(f"new_v_{i}" for i in range(n)),
+            "alignment",
+        ]
+        self._cache_sessions: dict[int, ort.InferenceSession] = {}
+        self._single: WhisperModel | None = None
 
     def _open_sessions(self) -> _Sessions:
+        if self._cpu_only():
+            self.runtime.candidates()  # notes why, when a GPU was asked for
+            self.runtime.provider = CPU
+            encoder, decoder = (
+                cpu_session(self.folder / name, self.runtime.threads)
+                for name in ("encoder.onnx", "decoder.onnx")
+            )
+            return _Sessions(encoder, decoder, None, False)
         encoder = self.runtime.open(self.folder / "encoder.onnx")
         decoder = self.runtime.open(self.folder / "decoder.onnx")
         cuda = self.runtime.provider == CUDA
         return _Sessions(encoder, decoder, "cuda" if cuda else None, self.runtime.on_gpu)
+
+    def _cpu_only(self) -> bool:
+        """No GPU provider this model could use is present (or the CPU was asked for)."""
+        wanted = DEVICES.get(self.runtime.device)
+        if wanted is None:
+            return False  # unknown device: Runtime.open says so
+        present = set(available_providers())
+        return not any(p != CPU and p in present for p in wanted)
+
+    def single_threaded(self) -> WhisperModel:
+        """This model on sessions of its own that run on one thread each (opened on first
+        use; CPU only). Batched transcription runs one lane per core on them, in Python
+        threads (ONNX Runtime lets go of the GIL while it runs), which uses the cores better
+        than one session spreading each small decoder step over them. It holds a second
+        copy of the weights."""
+        with self._lock:
+            if self._single is None:
+                opened = [
+                    cpu_session(self.folder / name, 1) for name in ("encoder.onnx", "decoder.onnx")
+                ]
+                view = copy.copy(self)
+                view.sessions = _Sessions(opened[0], opened[1], None, False)
+                view.runtime = Runtime(device="cpu", threads=1, provider=CPU)
+                view._lock = threading.Lock()
+                view._single = view
+                self._single = view
+            return self._single
+
+    @contextmanager
+    def gpu_errors_raise(self) -> Iterator[None]:
+        """Within this block (in this thread) a run that fails on the GPU raises instead of
+        moving the model to the CPU: batched decoding first retries with a smaller batch."""
+        self._local.gpu_errors_raise = True
+        try:
+            yield
+        finally:
+            self._local.gpu_errors_raise = False
+
+    def cache_session(self, sessions: _Sessions) -> ort.InferenceSession:
+        """The cache graph on the same device as ``sessions`` (opened on first use)."""
+        key = id(sessions)
+        if key not in self._cache_sessions:
+            provider = sessions.decoder.get_providers()[0]
+            providers: list = [(provider, provider_options(provider))]
+            if provider != CPU:
+                providers.append(CPU)
+            self._cache_sessions[key] = ort.InferenceSession(
+                cache_graph(self.dims.n_text_layer, self.np_dtype),
+                sess_options=session_options(provider, self.runtime.threads),
+                providers=providers,
+            )
+        return self._cache_sessions[key]
 
     @property
     def device_type(self) -> str | None:
@@ -124,7 +205,7 @@ class WhisperModel:
         try:
             return fn(sessions)
         except RUN_ERRORS as err:
-            if not sessions.on_gpu:
+            if not sessions.on_gpu or getattr(self._local, "gpu_errors_raise", False):
                 raise
             with self._lock:
                 if self.sessions is sessions:
@@ -163,74 +244,215 @@ class WhisperModel:
 
 
 class DecoderState:
-    """One decoding run: the growing self-attention cache for ``batch`` sequences."""
+    """One decoding run: the self-attention cache of ``batch`` sequences.
+
+    On the CPU the cache is one numpy buffer per layer with spare slots; the decoder reads
+    the buffer in place and returns only the new tokens' keys/values, which are written into
+    the next free slots, so a step copies nothing but those. Beam search reorders rows with
+    one ``take`` (only when the order really changes). On a GPU the cache stays on the device:
+    the new keys/values are appended (and rows reordered) there by a small cache graph.
+    """
+
+    SLACK = 64  # free slots added whenever the buffer is full
 
     def __init__(self, model: WhisperModel, audio: AudioFeatures, batch: int) -> None:
         d = model.dims
         self.model = model
         self.audio = audio
-        dh = d.n_text_state // d.n_text_head
-        self.past_k: object = np.zeros(
-            (d.n_text_layer, batch, d.n_text_head, dh, 0), model.np_dtype
-        )
-        self.past_v: object = np.zeros(
-            (d.n_text_layer, batch, d.n_text_head, 0, dh), model.np_dtype
-        )
+        self.batch = batch
+        self.length = 0  # cached positions (on a GPU: including the pending ones)
+        self._dh = d.n_text_state // d.n_text_head
+        self.k: list = []
+        self.v: list = []
+        self._pending: tuple[list, list, int] | None = None  # device: new K/V not yet appended
+        self._reordered = False
+        self._host_buffers(batch, 1)
+
+    def _host_buffers(self, batch: int, slots: int) -> None:
+        d, dt = self.model.dims, self.model.np_dtype
+        shape_k = (batch, d.n_text_head, self._dh, slots)
+        shape_v = (batch, d.n_text_head, slots, self._dh)
+        self.k = [np.zeros(shape_k, dt) for _ in range(d.n_text_layer)]
+        self.v = [np.zeros(shape_v, dt) for _ in range(d.n_text_layer)]
 
     def step(
         self, tokens: np.ndarray, cache_index: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Feed ``tokens [B, T]``; returns (logits of the last position [B, V], alignment weights
-        [B, A, T, S]). ``cache_index[b]`` is the cached sequence that row b continues."""
+        [B, A, T, S]). ``cache_index[b]`` is the cached sequence that row b continues (None: row
+        b continues row b). Rows of one audio must be contiguous: with ``audio.batch`` N and B
+        rows, rows [j * B/N, (j + 1) * B/N) read audio j."""
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
-        if cache_index is None:
-            cache_index = np.arange(tokens.shape[0], dtype=np.int64)
-        cache_index = np.ascontiguousarray(cache_index, dtype=np.int64)
+        index = None
+        if cache_index is not None:
+            index = np.ascontiguousarray(cache_index, dtype=np.int64)
+            if index.shape[0] == self.batch and np.array_equal(index, np.arange(self.batch)):
+                index = None
 
         def run(sess: _Sessions) -> tuple[np.ndarray, np.ndarray]:
             if sess.device_type:
-                return self._run_bound(sess, tokens, cache_index)
-            feeds = {
-                "tokens": tokens,
-                "cache_index": cache_index,
-                "past_k": _host(self.past_k),
-                "past_v": _host(self.past_v),
-                **self.audio.to_host().feeds(),
-            }
-            logits, self.past_k, self.past_v, align = sess.decoder.run(None, feeds)
-            return logits, align
+                return self._run_bound(sess, tokens, index)
+            return self._run_host(sess, tokens, index)
 
-        def to_host() -> None:
-            self.past_k, self.past_v = _host(self.past_k), _host(self.past_v)
-            self.audio = self.audio.to_host()
+        self._reordered = False  # set once ``index`` has been applied (a retry must not redo it)
+        out = self.model.run_with_fallback(run, before_retry=self.to_host)
+        self.batch = tokens.shape[0]
+        return out
 
-        return self.model.run_with_fallback(run, before_retry=to_host)
+    def _run_host(
+        self, sess: _Sessions, tokens: np.ndarray, index: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if index is not None and not self._reordered:
+            self._reorder_host(index)
+            self.batch = index.shape[0]
+            self._reordered = True
+        n_new = tokens.shape[1]
+        if self.length + n_new > self.k[0].shape[-1]:
+            self._grow(self.length + n_new + self.SLACK)
+        feeds: dict[str, object] = {
+            "tokens": tokens,
+            "past_len": np.array([self.length], dtype=np.int64),
+            **self.audio.to_host().feeds(),
+        }
+        for i, (k, v) in enumerate(zip(self.k, self.v, strict=True)):
+            feeds[f"past_k_{i}"] = k
+            feeds[f"past_v_{i}"] = v
+        outs = sess.decoder.run(self.model.decoder_outputs, feeds)
+        n = len(self.k)
+        lo, hi = self.length, self.length + n_new
+        for i in range(n):
+            self.k[i][..., lo:hi] = outs[1 + i]
+            self.v[i][:, :, lo:hi] = outs[1 + n + i]
+        self.length = hi
+        return outs[0], outs[-1]
+
+    def _reorder_host(self, index: np.ndarray) -> None:
+        """Row b of the cache becomes row index[b]. Beam search mostly keeps rows in place:
+        only the rows that change are copied, and only their filled slots."""
+        n = self.length
+        if n == 0:
+            self._host_buffers(index.shape[0], self.k[0].shape[-1])
+            return
+        moved = (
+            np.flatnonzero(index != np.arange(index.shape[0]))
+            if index.shape[0] == self.batch
+            else None
+        )
+        if moved is None or 2 * len(moved) > index.shape[0]:
+            self.k = [np.take(k, index, axis=0) for k in self.k]
+            self.v = [np.take(v, index, axis=0) for v in self.v]
+            return
+        src = index[moved]
+        for k, v in zip(self.k, self.v, strict=True):
+            k[moved, :, :, :n] = k[src, :, :, :n]
+            v[moved, :, :n] = v[src, :, :n]
+
+    def _grow(self, slots: int) -> None:
+        grown_k, grown_v = [], []
+        for k, v in zip(self.k, self.v, strict=True):
+            nk = np.zeros((*k.shape[:3], slots), k.dtype)
+            nv = np.zeros((v.shape[0], v.shape[1], slots, v.shape[3]), v.dtype)
+            nk[..., : self.length] = k[..., : self.length]
+            nv[:, :, : self.length] = v[:, :, : self.length]
+            grown_k.append(nk)
+            grown_v.append(nv)
+        self.k, self.v = grown_k, grown_v
+
+    def to_host(self) -> None:
+        """Bring the cache (and the audio) to host memory; used when a GPU run fails."""
+        self.audio = self.audio.to_host()
+        if self._pending is None and all(isinstance(k, np.ndarray) for k in self.k):
+            return
+        k = [_host(x) for x in self.k]
+        v = [_host(x) for x in self.v]
+        if self._pending is not None:
+            new_k, new_v, done = self._pending
+            k = [
+                np.concatenate([a[..., :done], _host(b)], axis=-1)
+                for a, b in zip(k, new_k, strict=True)
+            ]
+            v = [
+                np.concatenate([a[:, :, :done], _host(b)], axis=2)
+                for a, b in zip(v, new_v, strict=True)
+            ]
+            self._pending = None
+        self.k, self.v = k, v
+        if self.length == 0:
+            self._host_buffers(self.k[0].shape[0], 1)
+        else:
+            self._grow(self.length + self.SLACK)
+
+    def select_audio(self, index: np.ndarray) -> bool:
+        """Keep only the audio rows in ``index`` (batched decoding drops finished windows).
+        Returns False, changing nothing, when the audio lives on a device."""
+        audio = self.audio
+        if not all(isinstance(x, np.ndarray) for x in (*audio.cross_k, *audio.cross_v)):
+            return False
+        self.audio = AudioFeatures(
+            [np.take(x, index, axis=0) for x in audio.cross_k],
+            [np.take(x, index, axis=0) for x in audio.cross_v],
+            int(index.shape[0]),
+        )
+        return True
 
     def _run_bound(
-        self, sess: _Sessions, tokens: np.ndarray, cache_index: np.ndarray
+        self, sess: _Sessions, tokens: np.ndarray, index: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
         """The decoder step with the cache and cross K/V left on the device (I/O binding)."""
         device = sess.device_type
-        if isinstance(self.past_k, np.ndarray):
-            self.past_k = ort.OrtValue.ortvalue_from_numpy(self.past_k, device, 0)
-            self.past_v = ort.OrtValue.ortvalue_from_numpy(self.past_v, device, 0)
+        if self._pending is not None:
+            self._append_on_device(sess, index)
+        elif isinstance(self.k[0], np.ndarray):  # the first step: upload the (empty) cache
+            if self.length == 0:
+                self._host_buffers(tokens.shape[0], 1)
+            elif index is not None:
+                self.k = [np.take(k[..., : self.length], index, axis=0) for k in self.k]
+                self.v = [np.take(v[:, :, : self.length], index, axis=0) for v in self.v]
+            self.k = [_device(k, device) for k in self.k]
+            self.v = [_device(v, device) for v in self.v]
+        self._reordered = True
         binding = sess.decoder.io_binding()
         binding.bind_cpu_input("tokens", tokens)
-        binding.bind_cpu_input("cache_index", cache_index)
-        binding.bind_ortvalue_input("past_k", self.past_k)
-        binding.bind_ortvalue_input("past_v", self.past_v)
+        binding.bind_cpu_input("past_len", np.array([self.length], dtype=np.int64))
+        for i, (k, v) in enumerate(zip(self.k, self.v, strict=True)):
+            binding.bind_ortvalue_input(f"past_k_{i}", k)
+            binding.bind_ortvalue_input(f"past_v_{i}", v)
         for name, value in self.audio.feeds().items():
             if isinstance(value, np.ndarray):
                 binding.bind_cpu_input(name, value)
             else:
                 binding.bind_ortvalue_input(name, value)
-        binding.bind_output("logits", "cpu")
-        binding.bind_output("present_k", device)
-        binding.bind_output("present_v", device)
-        binding.bind_output("alignment", "cpu")
+        n = len(self.k)
+        names = self.model.decoder_outputs
+        for name in names:
+            binding.bind_output(name, "cpu" if name in ("logits", "alignment") else device)
         sess.decoder.run_with_iobinding(binding)
-        logits, self.past_k, self.past_v, align = binding.get_outputs()
-        return logits.numpy(), align.numpy()
+        outs = binding.get_outputs()
+        self._pending = (outs[1 : 1 + n], outs[1 + n : 1 + 2 * n], self.length)
+        self.length += tokens.shape[1]
+        return outs[0].numpy(), outs[-1].numpy()
+
+    def _append_on_device(self, sess: _Sessions, index: np.ndarray | None) -> None:
+        """cache = reorder(concat(cache[:done], new)) on the device (the cache graph)."""
+        new_k, new_v, done = self._pending
+        if index is None:
+            index = np.arange(self.batch, dtype=np.int64)
+        graph = self.model.cache_session(sess)
+        binding = graph.io_binding()
+        binding.bind_cpu_input("past_len", np.array([done], dtype=np.int64))
+        binding.bind_cpu_input("index", index)
+        n = len(self.k)
+        for i in range(n):
+            binding.bind_ortvalue_input(f"past_k_{i}", self.k[i])
+            binding.bind_ortvalue_input(f"past_v_{i}", self.v[i])
+            binding.bind_ortvalue_input(f"new_k_{i}", new_k[i])
+            binding.bind_ortvalue_input(f"new_v_{i}", new_v[i])
+            binding.bind_output(f"k_{i}", sess.device_type)
+            binding.bind_output(f"v_{i}", sess.device_type)
+        graph.run_with_iobinding(binding)
+        outs = binding.get_outputs()
+        self.k, self.v = list(outs[0::2]), list(outs[1::2])
+        self._pending = None
 
 
 def _read_manifest(folder: Path) -> dict:
@@ -258,5 +480,54 @@ def _read_manifest(folder: Path) -> dict:
     return manifest
 
 
+def cpu_session(path: Path, threads: int) -> ort.InferenceSession:
+    """A CPU session whose threads sleep while they wait instead of spinning. A decoder step
+    is hundreds of operations of a few microseconds each; spinning threads burn a core between
+    them and, on a machine with other work, lose it at every wait. Measured on the 2-core
+    development box with other processes running (tiny.en int8, one minute of speech, two
+    threads): 8.4 s and 5.2 CPU-s without spinning, 11.7 s and 8.9 CPU-s with it."""
+    opts = session_options(CPU, threads)
+    if threads != 1:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), sess_options=opts, providers=[CPU])
+
+
 def _host(value: object) -> np.ndarray:
     return value if isinstance(value, np.ndarray) else value.numpy()
+
+
+def _device(value: np.ndarray, device: str) -> ort.OrtValue:
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), device, 0)
+
+
+def cache_graph(n_layers: int, dtype: type) -> bytes:
+    """The device-side cache update, as an in-memory ONNX model: for each layer,
+    ``k_i = Gather(Concat(past_k_i[..., :past_len], new_k_i), index)`` (v likewise)."""
+    from onnx import TensorProto, helper
+
+    ft = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    nodes, inputs, outputs = [], [], []
+    inputs.append(helper.make_tensor_value_info("past_len", TensorProto.INT64, [1]))
+    inputs.append(helper.make_tensor_value_info("index", TensorProto.INT64, ["rows"]))
+    zero = helper.make_tensor("zero", TensorProto.INT64, [1], [0])
+    axis_k = helper.make_tensor("axis_k", TensorProto.INT64, [1], [3])
+    axis_v = helper.make_tensor("axis_v", TensorProto.INT64, [1], [2])
+    for i in range(n_layers):
+        for kind, axis, shape_past, shape_new in (
+            ("k", "axis_k", ["batch", "h", "dh", "slots"], ["batch", "h", "dh", "t"]),
+            ("v", "axis_v", ["batch", "h", "slots", "dh"], ["batch", "h", "t", "dh"]),
+        ):
+            past, new, out = f"past_{kind}_{i}", f"new_{kind}_{i}", f"{kind}_{i}"
+            inputs.append(helper.make_tensor_value_info(past, ft, shape_past))
+            inputs.append(helper.make_tensor_value_info(new, ft, shape_new))
+            outputs.append(helper.make_tensor_value_info(out, ft, None))
+            cat_axis = 3 if kind == "k" else 2
+            nodes += [
+                helper.make_node("Slice", [past, "zero", "past_len", axis], [f"{past}_valid"]),
+                helper.make_node("Concat", [f"{past}_valid", new], [f"{out}_all"], axis=cat_axis),
+                helper.make_node("Gather", [f"{out}_all", "index"], [out], axis=0),
+            ]
+    graph = helper.make_graph(nodes, "kv_cache", inputs, outputs, [zero, axis_k, axis_v])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()

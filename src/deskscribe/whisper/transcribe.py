@@ -18,21 +18,19 @@ from pathlib import Path
 import numpy as np
 
 from ..audio.decode import decode_blocks
+from ..audio.vad import VadOptions
 from ..transcript import Segment, Transcript, Word
 from .alignment import find_alignment
 from .decoding import (
     DecodingError,
     DecodingOptions,
     DecodingResult,
+    TranscriptionCancelled,
     WindowDecoder,
     check_task,
 )
 from .features import FRAME_SECONDS, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel
 from .model import AudioFeatures, WhisperModel
-
-
-class TranscriptionCancelled(Exception):
-    pass
 
 
 @dataclass
@@ -45,11 +43,21 @@ class TranscribeOptions:
     compression_ratio_threshold: float | None = 2.4
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6
-    condition_on_previous_text: bool = True
+    # None: Whisper's default, conditioned on the sequential path (the batched path has no
+    # previous text to condition on). True, asked for explicitly: the sequential path is used
+    # even when ``batched`` is set (see ``batching_fits``).
+    condition_on_previous_text: bool | None = None
     initial_prompt: str | None = None
     word_timestamps: bool = False
     without_timestamps: bool = False
     silence_rms: float = 1e-4  # windows quieter than this are not decoded at all
+    # The batched path (batched.py): VAD speech packed into 30 s chunks, decoded
+    # ``batch_size`` at a time (0: chosen for the device). Chunks are independent, so
+    # previous-text conditioning does not apply there; ``initial_prompt`` does. When the
+    # options ask for what batching cannot do, the sequential seek path runs instead.
+    batched: bool = False
+    batch_size: int = 0
+    vad: VadOptions | None = None  # None: batched.default_vad_options()
 
 
 @dataclass
@@ -58,6 +66,15 @@ class TranscriptionInfo:
     language_probability: float = 1.0
     duration: float | None = None
     all_language_probs: dict[str, float] = field(default_factory=dict)
+    path: str = ""  # "batched" or "sequential": the path that ran
+    notes: list[str] = field(default_factory=list)  # e.g. why batching was not used
+
+
+def batching_fits(opt: TranscribeOptions) -> str | None:
+    """None when the batched path can honour ``opt``; otherwise why it cannot."""
+    if opt.condition_on_previous_text:
+        return "conditioning on the previous text needs the sequential path"
+    return None
 
 
 Progress = Callable[[float, float], None]  # (seconds done, total seconds or -1 if unknown)
@@ -130,6 +147,26 @@ def transcribe_blocks(
             f"{', '.join(sorted(tk.language_ids)[:12])}, …"
         )
     info = info or TranscriptionInfo(language=opt.language, duration=total_seconds)
+    unfit = batching_fits(opt) if opt.batched else None
+    if unfit is not None:
+        info.notes.append(f"batched transcription not used: {unfit}")
+    if opt.batched and unfit is None:
+        from .batched import transcribe_batched
+
+        info.path = "batched"
+
+        yield from transcribe_batched(
+            model,
+            blocks,
+            opt,
+            total_seconds=total_seconds,
+            progress=progress,
+            cancel=cancel,
+            info=info,
+        )
+        return
+    info.path = "sequential"
+    conditioned = opt.condition_on_previous_text is not False
     audio = _AudioWindow(blocks)
     language = opt.language if tk.multilingual else "en"
     if language:
@@ -169,10 +206,10 @@ def transcribe_blocks(
             info.language = language
             info.language_probability = probs[language]
             info.all_language_probs = probs
-        prompt = all_tokens[prompt_reset:] if opt.condition_on_previous_text else []
+        prompt = all_tokens[prompt_reset:] if conditioned else []
         result = _decode_with_fallback(model, features, language, opt, prompt)
 
-        if _is_silence(result, opt):
+        if is_silence(result, opt):
             advance(segment_frames)
             continue
 
@@ -211,13 +248,13 @@ def transcribe_blocks(
                 segment_frames,
             )
         all_tokens += [t for s in window_segments for t in s.tokens]
-        if not opt.condition_on_previous_text or result.temperature > 0.5:
+        if not conditioned or result.temperature > 0.5:
             prompt_reset = len(all_tokens)
         advance(advance_frames)
         yield from window_segments
 
 
-def _is_silence(result: DecodingResult, opt: TranscribeOptions) -> bool:
+def is_silence(result: DecodingResult, opt: TranscribeOptions) -> bool:
     """The model says "no speech" and what it decoded is improbable, or has no words at all."""
     if not any(ch.isalnum() for ch in result.text):
         return True
@@ -260,20 +297,24 @@ def _decode_with_fallback(
             without_timestamps=opt.without_timestamps,
         )
         result = WindowDecoder(model, dopt).decode(features, language)
-        needs_fallback = result.looped
-        if (
-            opt.compression_ratio_threshold is not None
-            and result.compression_ratio > opt.compression_ratio_threshold
-        ):
-            needs_fallback = True
-        if opt.logprob_threshold is not None and result.avg_logprob < opt.logprob_threshold:
-            needs_fallback = True
-        if _is_silence(result, opt):
-            needs_fallback = False  # the caller skips the window: no point retrying
-        if not needs_fallback:
+        if not needs_fallback(result, opt):
             break
     assert result is not None
     return result
+
+
+def needs_fallback(result: DecodingResult, opt: TranscribeOptions) -> bool:
+    """Too repetitive or too unlikely to keep: decode again at the next temperature."""
+    if is_silence(result, opt):
+        return False  # the caller skips the window: no point retrying
+    if result.looped:
+        return True
+    if (
+        opt.compression_ratio_threshold is not None
+        and result.compression_ratio > opt.compression_ratio_threshold
+    ):
+        return True
+    return opt.logprob_threshold is not None and result.avg_logprob < opt.logprob_threshold
 
 
 def _split_window(

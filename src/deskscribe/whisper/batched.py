@@ -1,0 +1,542 @@
+"""Batched file transcription: speech regions packed into 30 s chunks, decoded many at once.
+
+Silero VAD finds the speech; consecutive regions are packed (silence between them dropped)
+into chunks of at most 30 s; chunks are encoded and decoded in batches (greedy or beam, one
+decoder run per step for the whole batch); each chunk's segment and word times are mapped
+back to the file. Chunks are independent (no previous-text conditioning), which is what
+makes batching possible; the sequential seek loop in ``transcribe.py`` stays the path for
+conditioning. The audio is streamed: only the speech not yet transcribed (at most about
+one batch of chunks, plus the longest pause-free stretch of speech) is kept in memory, so
+memory does not grow with the length of the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from ..transcript import Segment, Word
+from .alignment import WordTiming, find_alignment
+from .chunking import Chunk, speech_chunks
+from .decoding import DecodingOptions, DecodingResult, TranscriptionCancelled, WindowDecoder
+from .features import FRAME_SECONDS, N_SAMPLES, SAMPLE_RATE, log_mel
+from .model import RUN_ERRORS, AudioFeatures, WhisperModel
+from .transcribe import (
+    Progress,
+    TranscribeOptions,
+    TranscriptionInfo,
+    is_silence,
+    needs_fallback,
+)
+
+CPU_BATCH = 8  # chunks per batch on the CPU (split between the lanes)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def encode_chunks(model: WhisperModel, chunks: list[Chunk]) -> AudioFeatures:
+    """Encoder output for a batch of chunks. On the CPU the windows are encoded one at a
+    time: a batch costs the same CPU time per window there, and a window's attention
+    matrices (n_head x 1500 x 1500) would otherwise be held for the whole batch at once."""
+    mels = [log_mel(c.audio, model.n_mels) for c in chunks]
+    if model.sessions.on_gpu:
+        return model.encode(np.stack(mels))
+    parts = [model.encode(m[None]).to_host() for m in mels]
+    if len(parts) == 1:
+        return parts[0]
+    return AudioFeatures(
+        [np.concatenate(layer) for layer in zip(*(p.cross_k for p in parts), strict=True)],
+        [np.concatenate(layer) for layer in zip(*(p.cross_v for p in parts), strict=True)],
+        len(parts),
+    )
+
+
+def row(features: AudioFeatures, i: int) -> AudioFeatures:
+    """Window ``i`` of a batch of encoder output (a view in host memory)."""
+    return rows(features, i, i + 1)
+
+
+def rows(features: AudioFeatures, lo: int, hi: int) -> AudioFeatures:
+    """Windows ``lo`` to ``hi`` of a batch of encoder output (views in host memory)."""
+    host = features.to_host()
+    return AudioFeatures(
+        [k[lo:hi] for k in host.cross_k], [v[lo:hi] for v in host.cross_v], hi - lo
+    )
+
+
+def select(features: AudioFeatures, rows: list[int]) -> AudioFeatures:
+    """The windows ``rows`` of a batch of encoder output (brought to host memory)."""
+    host = features.to_host()
+    idx = np.asarray(rows, dtype=np.int64)
+    return AudioFeatures(
+        [np.take(k, idx, axis=0) for k in host.cross_k],
+        [np.take(v, idx, axis=0) for v in host.cross_v],
+        len(rows),
+    )
+
+
+def decode_chunks(
+    model: WhisperModel,
+    features: AudioFeatures,
+    language: str | None,
+    options: TranscribeOptions,
+    prompt: list[int],
+    cancel: threading.Event | None = None,
+) -> list[DecodingResult]:
+    """Decode a batch; windows that need it are retried together at the next temperature."""
+    results: list[DecodingResult] = []
+    todo = list(range(features.batch))
+    for n, temperature in enumerate(options.temperatures):
+        dopt = DecodingOptions(
+            task=options.task,
+            language=language,
+            temperature=temperature,
+            beam_size=options.beam_size if temperature == 0 else None,
+            patience=options.patience,
+            prompt=prompt or None,
+            without_timestamps=True,  # see chunk_segments
+        )
+        audio = features if n == 0 else select(features, todo)
+        decoded = WindowDecoder(model, dopt).decode_batch(audio, language, cancel)
+        if n == 0:
+            results = decoded
+        else:
+            for i, r in zip(todo, decoded, strict=True):
+                results[i] = r
+        todo = [i for i in todo if needs_fallback(results[i], options)]
+        if not todo:
+            break
+    return results
+
+
+# --------------------------------------------------------------------------- the file path
+
+
+def transcribe_batched(
+    model: WhisperModel,
+    blocks: Iterable[np.ndarray],
+    options: TranscribeOptions,
+    *,
+    total_seconds: float | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    info: TranscriptionInfo | None = None,
+) -> Iterator[Segment]:
+    """Segments of the speech in ``blocks``, in file order, decoded in batches.
+
+    A pipeline: one thread streams the audio through the VAD into chunks; on the CPU one
+    lane per thread of the model takes its share of each batch (``batch_size`` chunks in
+    all) and encodes, decodes and times it on single-threaded sessions; on a GPU one lane
+    takes whole batches. Segments come out chunk by chunk, in order.
+    """
+    tk = model.tokenizer
+    language = options.language if tk.multilingual else "en"
+    if language and info is not None:
+        info.language = language
+    batch_size = options.batch_size or auto_batch_size(model)
+    lanes = decoding_lanes(model, batch_size)
+    lane_model = model.single_threaded() if lanes > 1 else model
+    prompt = tk.encode(" " + options.initial_prompt.strip()) if options.initial_prompt else []
+    pipe = _Pipeline(
+        lane_model, options, language, prompt, lanes, batch_size // lanes, cancel, info
+    )
+    total = total_seconds if total_seconds is not None else -1.0
+    seg_id, done = 0, 0.0
+
+    def report(seconds: float) -> None:
+        nonlocal done
+        if seconds > done:  # never backwards
+            done = seconds
+            if progress is not None:
+                progress(min(done, total) if total > 0 else done, total)
+
+    try:
+        pipe.start(blocks)
+        for chunk, segments in pipe.results(report):
+            for seg in segments:
+                seg.id = seg_id
+                seg_id += 1
+            yield from segments
+            report(chunk.file_end)
+    finally:
+        pipe.close()
+    if progress is not None:
+        progress(total if total > 0 else done, total)
+
+
+class _Halt:
+    """``cancel`` or the pipeline shutting down, as one event for the stages to check."""
+
+    def __init__(self, cancel: threading.Event | None) -> None:
+        self.cancel = cancel
+        self.closing = threading.Event()
+
+    def is_set(self) -> bool:
+        return self.closing.is_set() or (self.cancel is not None and self.cancel.is_set())
+
+
+class _LaneSteps:
+    """The lane's view of ``_Halt``: decoding checks it before every step, which is counted
+    (progress within a batch: a batch of chunks comes out all at once)."""
+
+    TOKENS_PER_SECOND = 4.0  # a generous estimate of tokens per second of speech
+
+    def __init__(self, halt: _Halt) -> None:
+        self.halt = halt
+        self.steps = 0
+        self.expected = 1
+        self.span = (0.0, 0.0)  # file time from the last chunk out before this batch to its end
+
+    def start(self, chunks: list[Chunk], after: float) -> None:
+        self.steps = 0
+        self.expected = max(1, int(self.TOKENS_PER_SECOND * max(c.seconds for c in chunks)))
+        self.span = (after, chunks[-1].file_end)
+
+    def estimate(self) -> float:
+        """File time up to which this lane's batch is (by its steps) about done."""
+        lo, hi = self.span
+        return lo + (hi - lo) * 0.9 * min(1.0, self.steps / self.expected)
+
+    def is_set(self) -> bool:
+        self.steps += 1
+        return self.halt.is_set()
+
+
+class _Pipeline:
+    """VAD thread → queue of chunks → decoding lanes → results in chunk order."""
+
+    def __init__(self, model, options, language, prompt, lanes, group, cancel, info) -> None:
+        self.model = model
+        self.options = options
+        self.language = language
+        self.prompt = prompt
+        self.lanes = lanes
+        self.group = max(1, group)  # chunks a lane decodes together
+        self.cancel = cancel
+        self.info = info
+        self.halt = _Halt(cancel)
+        # Bounded: the VAD runs at most one batch ahead of the lanes (memory stays flat).
+        self.todo: queue.Queue = queue.Queue(maxsize=lanes * self.group)
+        self.done: dict[int, tuple[Chunk, list[Segment]]] = {}
+        self.n_chunks: int | None = None
+        self.error: BaseException | None = None
+        self.cond = threading.Condition()
+        self.threads: list[threading.Thread] = []
+        self.lane_steps = [_LaneSteps(self.halt) for _ in range(lanes)]
+        self.busy: set[int] = set()  # lanes decoding a batch
+
+    def start(self, blocks: Iterable[np.ndarray]) -> None:
+        self.threads = [threading.Thread(target=self._produce, args=(blocks,), name="vad")]
+        self.threads += [
+            threading.Thread(target=self._work, args=(i,), name=f"lane-{i}")
+            for i in range(self.lanes)
+        ]
+        for t in self.threads:
+            t.daemon = True
+            t.start()
+
+    def close(self) -> None:
+        self.halt.closing.set()
+        for t in self.threads:
+            t.join()
+
+    def results(self, report=None) -> Iterator[tuple[Chunk, list[Segment]]]:
+        """(chunk, its segments) in file order; ``report(seconds)`` is given an estimate of
+        the file time done while the next chunk is decoded."""
+        index = 0
+        while True:
+            with self.cond:
+                while not self._ready(index):
+                    self.cond.wait(timeout=0.1)
+                    if report is not None and self.busy:
+                        report(min(self.lane_steps[i].estimate() for i in self.busy))
+                if self.cancel is not None and self.cancel.is_set():
+                    raise TranscriptionCancelled("transcription cancelled")
+                if self.error is not None:
+                    raise self.error
+                if index not in self.done:
+                    return  # every chunk is out
+                item = self.done.pop(index)
+            yield item
+            index += 1
+
+    def _ready(self, index: int) -> bool:
+        cancelled = self.cancel is not None and self.cancel.is_set()
+        finished = self.n_chunks is not None and index >= self.n_chunks
+        return index in self.done or self.error is not None or cancelled or finished
+
+    def _fail(self, err: BaseException) -> None:
+        with self.cond:
+            if self.error is None and not self.halt.closing.is_set():
+                self.error = err
+            self.halt.closing.set()
+            self.cond.notify_all()
+
+    def _put(self, item) -> bool:
+        while not self.halt.is_set():
+            try:
+                self.todo.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self, blocks: Iterable[np.ndarray]) -> None:
+        count = 0
+        try:
+            for chunk in speech_chunks(blocks, self.options.vad, self.halt):
+                if self.language is None:
+                    self.language = _detect(self.model, chunk, self.info)
+                if not self._put((count, chunk)):
+                    return
+                count += 1
+        except BaseException as err:
+            self._fail(err)
+        finally:
+            with self.cond:
+                self.n_chunks = count
+                self.cond.notify_all()
+            for _ in range(self.lanes):
+                self._put(None)
+
+    def _take(self) -> list[tuple[int, Chunk]] | None:
+        """Up to ``group`` chunks (waiting for them while the VAD still runs), or None once
+        the input is exhausted. Each lane ends on one of the producer's end markers."""
+        taken: list[tuple[int, Chunk]] = []
+        while len(taken) < self.group and not self.halt.is_set():
+            try:
+                item = self.todo.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item is None:
+                if taken:  # decode these first; end on a marker next time
+                    self._put(None)
+                return taken or None
+            taken.append(item)
+        return taken or None
+
+    def _work(self, lane: int) -> None:
+        steps = self.lane_steps[lane]
+        try:
+            while not self.halt.is_set():
+                taken = self._take()
+                if not taken:
+                    return
+                chunks = [c for _, c in taken]
+                with self.cond:
+                    steps.start(chunks, chunks[0].pieces[0][1] / SAMPLE_RATE)
+                    self.busy.add(lane)
+                segments, self.group = _decode_fitting(
+                    self.model, chunks, self.language, self.options, self.prompt, steps
+                )
+                with self.cond:
+                    self.busy.discard(lane)
+                    for (i, chunk), segs in zip(taken, segments, strict=True):
+                        self.done[i] = (chunk, segs)
+                    self.cond.notify_all()
+        except BaseException as err:
+            self._fail(err)
+
+
+def _detect(model: WhisperModel, chunk: Chunk, info: TranscriptionInfo | None) -> str:
+    """Language of the first chunk (multilingual model, no language given)."""
+    features = encode_chunks(model, [chunk])
+    language, probs = WindowDecoder(model, DecodingOptions()).detect_language(features)
+    if info is not None:
+        info.language = language
+        info.language_probability = probs[language]
+        info.all_language_probs = probs
+    return language
+
+
+def _decode_fitting(model, chunks, language, options, prompt, halt):
+    """``_lane`` on ``chunks``; on a GPU that runs out of memory, halve the batch and retry
+    (down to one chunk; after that the model moves to the CPU itself). Returns ([segments
+    of each chunk], the number of chunks to take from now on)."""
+    if len(chunks) > 1 and model.sessions.on_gpu:
+        try:
+            with model.gpu_errors_raise():
+                return _lane(model, chunks, language, options, prompt, halt), len(chunks)
+        except RUN_ERRORS as err:
+            half = max(1, len(chunks) // 2)
+            reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+            model.runtime.notes.append(
+                f"a batch of {len(chunks)} chunks did not fit on the GPU ({reason}); using {half}"
+            )
+            first, size = _decode_fitting(model, chunks[:half], language, options, prompt, halt)
+            rest, size = _decode_fitting(model, chunks[half:], language, options, prompt, halt)
+            return first + rest, size
+    return _lane(model, chunks, language, options, prompt, halt), len(chunks)
+
+
+def decoding_lanes(model: WhisperModel, batch_size: int) -> int:
+    """Lanes: one per CPU thread the model may use (at most one per chunk of a batch); one
+    on a GPU. On the CPU each lane runs its own single-threaded sessions: a decoder step is
+    many small operations, which threads of one session share poorly (they wait on each
+    other, and on a busy machine for other processes too)."""
+    if model.sessions.on_gpu:
+        return 1
+    threads = model.runtime.threads or os.cpu_count() or 1
+    return max(1, min(threads, batch_size))
+
+
+UNCOVERED_SECONDS = 1.5  # speech before the first or after the last word that is suspect
+
+
+def _lane(model, chunks, language, options, prompt, halt):
+    """Encode and decode some chunks; returns each chunk's segments in file time.
+
+    Beam search now and then leaves out a chunk's first or last sentence (a shorter text
+    can score better; the sequential path's seek picks such a sentence up in the next
+    window, nothing would here). A chunk whose words leave more than ``UNCOVERED_SECONDS``
+    of speech untimed at its start or end is decoded again greedily, and that text is kept
+    when it covers the speech better. Measured on the bench recording (tiny.en): one
+    sentence in ten minutes, 0.9 WER points.
+    """
+    features = encode_chunks(model, chunks)
+    results = decode_chunks(model, features, language, options, prompt, halt)
+    out = []
+    for i, (chunk, result) in enumerate(zip(chunks, results, strict=True)):
+        if is_silence(result, options):
+            out.append([])
+        else:
+            out.append(chunk_segments(model, chunk, row(features, i), result, language, options))
+    if options.beam_size and options.beam_size > 1:
+        todo = [i for i, segs in enumerate(out) if _uncovered(chunks[i], segs) > UNCOVERED_SECONDS]
+        if todo:
+            greedy = dataclasses.replace(options, beam_size=None)
+            audio = select(features, todo)
+            again = decode_chunks(model, audio, language, greedy, prompt, halt)
+            for j, (i, result) in enumerate(zip(todo, again, strict=True)):
+                if is_silence(result, options):
+                    continue
+                segs = chunk_segments(model, chunks[i], row(audio, j), result, language, options)
+                if _uncovered(chunks[i], segs) < _uncovered(chunks[i], out[i]) - 0.5:
+                    out[i] = segs
+    return out
+
+
+def _uncovered(chunk: Chunk, segments: list[Segment]) -> float:
+    """Seconds of the chunk's speech before its first segment and after its last."""
+    if not segments:
+        return 0.0  # silence, or nothing worth keeping: not a dropped sentence
+    start = chunk.pieces[0][1] / SAMPLE_RATE
+    return chunk.speech_between(start, segments[0].start) + chunk.speech_between(
+        segments[-1].end, chunk.file_end
+    )
+
+
+def chunk_segments(
+    model: WhisperModel,
+    chunk: Chunk,
+    features: AudioFeatures,
+    result: DecodingResult,
+    language: str | None,
+    options: TranscribeOptions,
+) -> list[Segment]:
+    """The chunk's text cut into segments, in file time.
+
+    Chunks are decoded without timestamp tokens: with them, Whisper tends to stop early
+    in a window whose speech runs close to its end (it takes the last sentence for one cut
+    off by the window, which the sequential path would pick up in the next window; here
+    nothing would). Words are timed from the cross-attention instead (as for word
+    timestamps) and the text is cut after each sentence and wherever the speech had a pause
+    (a joint between VAD regions).
+    """
+    tk = model.tokenizer
+    text_tokens = [t for t in result.tokens if t < tk.eot]
+    if not text_tokens:
+        return []
+    frames = min(round(chunk.seconds / FRAME_SECONDS), N_SAMPLES // 160)
+    logprobs = [
+        lp for t, lp in zip(result.tokens, result.token_logprobs, strict=False) if t < tk.eot
+    ]
+    timings = find_alignment(
+        model, features, tk.sot_sequence(language, options.task), text_tokens, frames, logprobs
+    )
+    if not timings:  # one word, or nothing to align: the chunk is one segment
+        start, end = chunk.pieces[0][1] / SAMPLE_RATE, chunk.file_end
+        return [_segment(tk, text_tokens, round(start, 3), round(end, 3), result, [])]
+    groups: list[list[tuple[WordTiming, int]]] = []
+    for w in timings:
+        piece = chunk.piece_at((w.start + w.end) / 2)
+        if not groups or piece != groups[-1][-1][1] or _ends_sentence(groups[-1][-1][0].word):
+            groups.append([])
+        groups[-1].append((w, piece))
+    segments = []
+    for group in groups:
+        words = [
+            Word(
+                start=round(chunk.file_time(w.start, piece=p), 3),
+                end=round(chunk.file_time(max(w.end, w.start), piece=p), 3),
+                text=w.word,
+                probability=round(w.probability, 4),
+            )
+            for w, p in group
+        ]
+        tokens = [t for w, _ in group for t in w.tokens]
+        start, end = words[0].start, max(words[-1].end, words[0].start)
+        kept = words if options.word_timestamps else []
+        segments.append(_segment(tk, tokens, start, end, result, kept))
+    return [s for s in segments if any(ch.isalnum() for ch in s.text)]
+
+
+def _ends_sentence(word: str) -> bool:
+    return word.rstrip().endswith((".", "?", "!", "。", "？", "！"))
+
+
+def _segment(tk, tokens: list[int], start: float, end: float, result, words) -> Segment:
+    return Segment(
+        start=start,
+        end=end,
+        text=tk.decode(tokens),
+        words=words,
+        tokens=tokens,
+        avg_logprob=result.avg_logprob,
+        no_speech_prob=result.no_speech_prob,
+        compression_ratio=result.compression_ratio,
+        temperature=result.temperature,
+    )
+
+
+def auto_batch_size(model: WhisperModel) -> int:
+    """Chunks per batch: a fixed number on the CPU; on a GPU, what half its free memory holds
+    (estimated from the encoder's attention and activations per 30 s window), at most 32."""
+    if not model.sessions.on_gpu:
+        return CPU_BATCH
+    free = gpu_free_bytes()
+    if free is None:
+        return 8
+    d = model.dims
+    width = 2 if model.np_dtype == np.float16 else 4
+    per_window = width * (
+        2 * d.n_audio_head * d.n_audio_ctx**2  # attention scores and probabilities
+        + 12 * 2 * d.n_audio_ctx * d.n_audio_state  # activations (MLP 4x, residuals, q/k/v)
+        + 2 * d.n_text_layer * d.n_audio_ctx * d.n_text_state  # cross K/V kept for decoding
+    )
+    return int(max(1, min(32, free // 2 // per_window)))
+
+
+def gpu_free_bytes() -> int | None:
+    """Free memory of the first NVIDIA GPU (nvidia-smi), or None when it cannot be asked."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        return int(out.split()[0]) * 2**20
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
