@@ -367,8 +367,9 @@ class LiveSession:
 
     def _refine_speakers(self) -> bool:
         """At Stop, one offline pass over the whole recording refines the live speaker labels
-        (which had to be given from a few seconds of speech each). Single-source sessions up
-        to REFINE_MAX_SECONDS only; never when the user has corrected text meanwhile."""
+        (which had to be given from a few seconds of speech each), and names the voices saved
+        as profiles. Single-source sessions up to REFINE_MAX_SECONDS only; never when the user
+        has corrected text meanwhile."""
         encoder = self.labeller.encoder
         if (
             encoder is None
@@ -388,6 +389,14 @@ class LiveSession:
         except Exception:  # the live labels stay; nothing is lost
             log.exception("refining the speaker labels at stop failed")
             return False
+        from .speakers.profiles import ProfileError, apply_profiles, match_threshold_for
+
+        try:  # voices saved as profiles get their names
+            apply_profiles(
+                refined, turns.centroids, match_threshold_for(encoder.kind), model=encoder.name
+            )
+        except ProfileError:
+            log.exception("voice profiles not used")
         with self._lock:
             self._segments = {seg.id: seg for seg in refined.segments}
             self._speaker_names = dict(refined.speakers)

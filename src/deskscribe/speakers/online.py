@@ -10,9 +10,10 @@ Two hints, used together:
   running centroid of an :class:`OnlineClusterer`, or a new speaker ("S1", "S2", …). A short
   run is widened to ``min_window`` seconds without crossing a sentence end: back into the
   sentence it continues, or forward into the audio after it (the rest of the sentence it
-  starts). Runs shorter than ``min_update`` seconds of speech are labelled without moving the
-  centroids and never start a speaker (short windows embed badly); a short run that continues
-  the previous sentence keeps its speaker.
+  starts: live commits are often a word or two, and the first words of a new voice must be
+  able to start a speaker). A short run that continues the previous sentence keeps its
+  speaker; windows under ``min_update`` seconds (too little audio heard yet) are labelled
+  without moving the centroids and never start a speaker (short windows embed badly).
 
 Labels are given once, when words are committed, and never change afterwards: committed text
 is stable. The audio kept for embedding is the last ``keep_seconds`` of each track.
@@ -160,7 +161,9 @@ class LiveSpeakerLabeller:
         if audio.shape[0] < SAMPLE_RATE // 4:
             return last.speaker if last is not None and last.speaker not in (None, YOU) else "S1"
         embedding = self.encoder.embed(audio)
-        sure = spoken >= self.min_update or len(self.clusterer) == 0
+        # Sure enough to move the centroids or start a speaker: a window of min_update
+        # seconds or more (widened windows count: commits are often a word or two).
+        sure = audio.shape[0] >= self.min_update * SAMPLE_RATE or len(self.clusterer) == 0
         index = self.clusterer.assign(embedding, update=sure)
         if index >= len(self.clusterer):  # too short to start a new speaker: nearest known
             index = int(np.argmax(self.clusterer.similarities(embedding)))
