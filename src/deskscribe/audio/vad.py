@@ -42,18 +42,21 @@ class VadOptions:
         return max(self.threshold - 0.15, 0.01)
 
 
+def silero_session(path: str | Path | None = None) -> ort.InferenceSession:
+    """The Silero VAD model on one CPU thread (it is small; more threads only add overhead)."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.enable_cpu_mem_arena = False
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path or MODEL_PATH), opts, providers=["CPUExecutionProvider"])
+
+
 class SileroVAD:
     """The ONNX model with its running state; one instance per audio stream."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        opts.enable_cpu_mem_arena = False
-        opts.log_severity_level = 3
-        self._session = ort.InferenceSession(
-            str(path or MODEL_PATH), opts, providers=["CPUExecutionProvider"]
-        )
+        self._session = silero_session(path)
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self.reset()
 

@@ -30,6 +30,7 @@ from .transcribe import (
     Progress,
     TranscribeOptions,
     TranscriptionInfo,
+    decoding_options,
     is_silence,
     needs_fallback,
 )
@@ -93,15 +94,8 @@ def decode_chunks(
     results: list[DecodingResult] = []
     todo = list(range(features.batch))
     for n, temperature in enumerate(options.temperatures):
-        dopt = DecodingOptions(
-            task=options.task,
-            language=language,
-            temperature=temperature,
-            beam_size=options.beam_size if temperature == 0 else None,
-            patience=options.patience,
-            prompt=prompt or None,
-            without_timestamps=True,  # see chunk_segments
-        )
+        # without timestamps: see chunk_segments
+        dopt = decoding_options(options, language, temperature, prompt, True)
         audio = features if n == 0 else select(features, todo)
         decoded = WindowDecoder(model, dopt).decode_batch(audio, language, cancel)
         if n == 0:

@@ -14,9 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnxruntime as ort
 
-from ..audio.vad import CONTEXT, FRAME, MODEL_PATH, VadOptions
+from ..audio.vad import CONTEXT, FRAME, VadOptions, silero_session
 from .decoding import TranscriptionCancelled
 from .features import N_SAMPLES, SAMPLE_RATE
 
@@ -168,14 +167,7 @@ class LanedVAD:
     WARMUP = 128  # 4 s
 
     def __init__(self, lanes: int = 8) -> None:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        opts.enable_cpu_mem_arena = False
-        opts.log_severity_level = 3
-        self.session = ort.InferenceSession(
-            str(MODEL_PATH), opts, providers=["CPUExecutionProvider"]
-        )
+        self.session = silero_session()
         self.lanes = lanes
         self.sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self.state = np.zeros((2, 1, 128), dtype=np.float32)

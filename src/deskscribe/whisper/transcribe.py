@@ -287,20 +287,31 @@ def _decode_with_fallback(
 ) -> DecodingResult:
     result: DecodingResult | None = None
     for temperature in opt.temperatures:
-        dopt = DecodingOptions(
-            task=opt.task,
-            language=language,
-            temperature=temperature,
-            beam_size=opt.beam_size if temperature == 0 else None,
-            patience=opt.patience,
-            prompt=prompt or None,
-            without_timestamps=opt.without_timestamps,
-        )
+        dopt = decoding_options(opt, language, temperature, prompt, opt.without_timestamps)
         result = WindowDecoder(model, dopt).decode(features, language)
         if not needs_fallback(result, opt):
             break
     assert result is not None
     return result
+
+
+def decoding_options(
+    opt: TranscribeOptions,
+    language: str | None,
+    temperature: float,
+    prompt: list[int],
+    without_timestamps: bool,
+) -> DecodingOptions:
+    """One decoding pass of the temperature fallback: beam search at 0, sampling above."""
+    return DecodingOptions(
+        task=opt.task,
+        language=language,
+        temperature=temperature,
+        beam_size=opt.beam_size if temperature == 0 else None,
+        patience=opt.patience,
+        prompt=prompt or None,
+        without_timestamps=without_timestamps,
+    )
 
 
 def needs_fallback(result: DecodingResult, opt: TranscribeOptions) -> bool:
