@@ -23,11 +23,9 @@ from PySide6.QtWidgets import (
 
 from ..transcript.export import FORMATS
 from .context import DEVICE_CHOICES, AppContext
+from .file_options import FORMAT_LABELS
 from .widgets import LanguageCombo, heading, muted
 from .workers import run_in_worker
-
-FORMAT_LABELS = {"txt": "Text", "srt": "SRT", "vtt": "WebVTT", "json": "JSON", "md": "Markdown",
-                 "csv": "CSV", "docx": "Word"}  # fmt: skip
 
 
 def _choices():

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,11 +59,12 @@ def reveal_command(path: Path) -> list[str]:
     return ["xdg-open", str(path if path.is_dir() else path.parent)]
 
 
-def list_models(root: Path | None = None) -> list[InstalledModel]:
+def _installed(root: Path | None) -> Iterator[tuple[Path, dict]]:
+    """(folder, manifest) of every model folder in the store with a readable manifest,
+    Whisper and speaker models alike, in name order."""
     root = root or store_dir()
-    found = []
     if not root.is_dir():
-        return found
+        return
     for folder in sorted(root.iterdir()):
         manifest = folder / MANIFEST
         if folder.name.startswith(".") or not manifest.is_file():
@@ -71,16 +73,25 @@ def list_models(root: Path | None = None) -> list[InstalledModel]:
             data = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
+        yield folder, data
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+def list_models(root: Path | None = None) -> list[InstalledModel]:
+    found = []
+    for folder, data in _installed(root):
         if data.get("task") == SPEAKER_TASK:  # speaker models: see list_speaker_models
             continue
-        size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
         found.append(
             InstalledModel(
                 folder.name,
                 folder,
                 data.get("variant", "?"),
                 bool(data.get("multilingual")),
-                size,
+                _size(folder),
                 data.get("built_at", ""),
             )
         )
@@ -191,28 +202,17 @@ class InstalledSpeakerModel:
 
 def list_speaker_models(root: Path | None = None) -> list[InstalledSpeakerModel]:
     """Speaker-embedding models in the store (they share it with the Whisper models)."""
-    root = root or store_dir()
     found: list[InstalledSpeakerModel] = []
-    if not root.is_dir():
-        return found
-    for folder in sorted(root.iterdir()):
-        manifest = folder / MANIFEST
-        if folder.name.startswith(".") or not manifest.is_file():
-            continue
-        try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
+    for folder, data in _installed(root):
         if data.get("task") != SPEAKER_TASK:
             continue
-        size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
         found.append(
             InstalledSpeakerModel(
                 folder.name,
                 folder,
                 str(data.get("kind", "?")),
                 int(data.get("embedding_dim", 0)),
-                size,
+                _size(folder),
                 data.get("built_at", ""),
             )
         )
