@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
+import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -165,16 +165,48 @@ def test_edit_rename_merge_find_copy_and_export(
     assert list_profiles() == []
 
 
-def test_click_a_time_plays_from_there(qtbot, pulse, window, ctx, media):
+def test_click_a_time_plays_from_there(qtbot, pulse, window, ctx, media, monkeypatch):
     """Click a segment's time: its audio plays from the segment's start into the sound server
     (a null sink, recorded from its monitor); a player without a device says so."""
     sink = "gui_playback"  # a name of its own: the sound server is shared by the test session
     monitor = pulse.add_null_sink(sink)
     pulse.set_default_sink(sink)
+    # New sound-server clients (PortAudio's ALSA "pulse" device opens one per stream) also read
+    # PULSE_SINK: the playback goes to this sink whatever another test left as the default.
+    monkeypatch.setenv("PULSE_SINK", sink)
     try:
         _play_and_hear(qtbot, pulse, monitor, window, media)
     finally:
         pulse.remove_sink(sink)
+
+
+class _Recorder:
+    """`parec` on a monitor source, read on a thread so that how much it has heard is known."""
+
+    RATE = 16_000
+
+    def __init__(self, pulse, source: str) -> None:
+        self.data = bytearray()
+        self.proc = subprocess.Popen(
+            ["parec", "-d", source, "--raw", "--format=s16le", f"--rate={self.RATE}",
+             "--channels=1", "--latency-msec=20"],
+            env={**os.environ, **pulse.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while chunk := self.proc.stdout.read1(4096):
+            self.data += chunk
+
+    def seconds(self) -> float:
+        return len(self.data) / 2 / self.RATE
+
+    def stop(self) -> np.ndarray:
+        self.proc.terminate()
+        self.proc.wait(timeout=5)
+        self._reader.join(timeout=5)
+        return np.frombuffer(bytes(self.data), np.int16).astype(np.float32) / 32768
 
 
 def _play_and_hear(qtbot, pulse, monitor, window, media) -> None:
@@ -182,25 +214,27 @@ def _play_and_hear(qtbot, pulse, monitor, window, media) -> None:
     rows = run_queue(qtbot, files, [media["fox"], media["plants"]])
     open_in_view(qtbot, files, view, rows["plants.m4a"].item_id)
 
-    rec = subprocess.Popen(
-        ["parec", "-d", monitor, "--raw", "--format=s16le", "--rate=16000", "--channels=1"],
-        env={**os.environ, **pulse.env}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    rec = _Recorder(pulse, monitor)
     try:
-        time.sleep(0.3)
+        # Click only once the recorder is hearing the sink (parec can be slow to connect).
+        qtbot.waitUntil(lambda: rec.seconds() > 0.2, timeout=10_000)
         index = view.model.index(0, TIME)
         qtbot.mouseClick(view.table.viewport(), LEFT, pos=view.table.visualRect(index).center())
         assert view.play_button.text() == "Stop"
         qtbot.waitUntil(lambda: view.player.position() > 1.0, timeout=10_000)
         assert view.model.playing == 0  # the playing segment is marked
+        streams = pulse._pactl("list", "sink-inputs").stdout  # where it plays, should it fail
         qtbot.waitUntil(lambda: view.play_button.text() == "Play", timeout=20_000)  # the end
         assert not view.player.is_playing and view.model.playing is None
-        time.sleep(0.3)
+        heard_until = rec.seconds() + 0.5
+        qtbot.waitUntil(lambda: rec.seconds() > heard_until, timeout=10_000)
     finally:
-        rec.terminate()
-        data = rec.communicate(timeout=5)[0]
-    heard = np.frombuffer(data, np.int16).astype(np.float32) / 32768
-    assert heard.size and float(np.sqrt(np.mean(heard**2))) > 0.01, "nothing reached the speakers"
+        heard = rec.stop()
+    # Loudest 100 ms: the recorder covers the whole playback, spoken audio is well above 0.01.
+    frames = heard[: heard.size // 1600 * 1600].reshape(-1, 1600)
+    loudest = float(np.sqrt((frames**2).mean(axis=1)).max()) if frames.size else 0.0
+    sinks = pulse._pactl("list", "short", "sinks").stdout
+    assert loudest > 0.01, f"nothing reached the speakers; sinks:\n{sinks}\nplaying:\n{streams}"
     assert not view.banner.isVisible()
 
     view.player.device = "no such speakers"
