@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import espeak, load, wer
+from deskscribe.whisper.alignment import _median_filter
 from deskscribe.whisper.decoding import DecodingError, _looping
 from deskscribe.whisper.transcribe import (
     TranscribeOptions,
@@ -182,3 +183,15 @@ def test_repetition_guard_detects_loops() -> None:
     assert _looping([1, 2, 3] * 6)
     assert not _looping(list(range(40)))
     assert not _looping([7, 8] * 3)
+
+
+@pytest.mark.parametrize("width", [3, 7])
+def test_median_filter_is_the_median_of_each_window(width: int) -> None:
+    """Word timing's median filter (a sorting network for width 7) against np.median."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5, 200)).astype(np.float32)
+    x[..., 50:60] = 1.0  # ties
+    pad = width // 2
+    padded = np.pad(x, [(0, 0), (0, 0), (pad, pad)], mode="reflect")
+    expected = np.median(np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1), axis=-1)
+    np.testing.assert_array_equal(_median_filter(x, width), expected)

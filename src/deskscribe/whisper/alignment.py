@@ -71,13 +71,28 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array(rows[::-1]), np.array(cols[::-1])
 
 
+# A sorting network for 7 values (16 compare-exchanges, the fewest possible): applied to the
+# 7 shifted copies of an array, its middle output is the median of every window of 7.
+_SORT7 = (
+    (0, 6), (2, 3), (4, 5), (0, 2), (1, 4), (3, 6), (0, 1), (2, 5),
+    (3, 4), (1, 2), (4, 6), (2, 3), (4, 5), (1, 2), (3, 4), (5, 6),
+)  # fmt: skip
+
+
 def _median_filter(x: np.ndarray, width: int) -> np.ndarray:
-    """Median over the last axis with reflect padding (width odd): the middle of each sorted
-    window, which is what np.median gives for an odd count, several times faster."""
+    """Median over the last axis with reflect padding (width odd), as np.median of each
+    window. Width 7 (what alignment uses) goes through a sorting network on whole arrays,
+    4x faster than sorting the windows; other widths sort them."""
     if x.shape[-1] <= width // 2:
         return x
     pad = width // 2
     padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
+    if width == 7:
+        n = x.shape[-1]
+        v = [padded[..., i : i + n] for i in range(width)]
+        for i, j in _SORT7:
+            v[i], v[j] = np.minimum(v[i], v[j]), np.maximum(v[i], v[j])
+        return v[pad]
     windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
     return np.sort(windows, axis=-1)[..., pad]
 
@@ -98,14 +113,14 @@ def find_alignment(
     tokens = [*sot_sequence, tk.no_timestamps, *text_tokens, tk.eot]
     state = model.start(audio, 1)
     _, weights = state.step(np.array([tokens]))
-    weights = weights[0][:, :, : max(1, num_frames // 2)].astype(np.float64)  # [A, T, frames]
+    weights = weights[0][:, :, : max(1, num_frames // 2)].astype(np.float32)  # [A, T, frames]
     weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), 1e-12)
     mean = weights.mean(axis=-2, keepdims=True)
     std = weights.std(axis=-2, keepdims=True)
     weights = (weights - mean) / np.maximum(std, 1e-12)
     weights = _median_filter(weights, medfilt_width)
     # Row i is the position that predicts text token i (the first is <|notimestamps|>).
-    matrix = weights.mean(axis=0)[len(sot_sequence) : -1]
+    matrix = weights.mean(axis=0, dtype=np.float64)[len(sot_sequence) : -1]
     text_idx, time_idx = dtw(-matrix)
 
     words, word_tokens = tk.split_to_word_tokens([*text_tokens, tk.eot])

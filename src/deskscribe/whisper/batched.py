@@ -184,13 +184,19 @@ class _LaneSteps:
     def __init__(self, halt: _Halt) -> None:
         self.halt = halt
         self.steps = 0
+        self.chunks = 0
         self.expected = 1
         self.span = (0.0, 0.0)  # file time from the last chunk out before this batch to its end
 
     def start(self, chunks: list[Chunk], after: float) -> None:
         self.steps = 0
+        self.chunks = len(chunks)
         self.expected = max(1, int(self.TOKENS_PER_SECOND * max(c.seconds for c in chunks)))
         self.span = (after, chunks[-1].file_end)
+
+    def outstanding(self) -> float:
+        """Chunks of this lane's batch still to decode (by its steps)."""
+        return self.chunks * (1.0 - min(1.0, self.steps / self.expected))
 
     def estimate(self) -> float:
         """File time up to which this lane's batch is (by its steps) about done."""
@@ -218,7 +224,10 @@ class _Pipeline:
         # Bounded: the VAD runs at most one batch ahead of the lanes (memory stays flat).
         self.todo: queue.Queue = queue.Queue(maxsize=lanes * self.group)
         self.done: dict[int, tuple[Chunk, list[Segment]]] = {}
-        self.n_chunks: int | None = None
+        self.n_chunks: int | None = None  # known once the VAD has been through the audio
+        self.n_taken = 0  # chunks the lanes have taken
+        self.started: set[int] = set()  # lanes that have taken a batch
+        self.taking = threading.Lock()
         self.error: BaseException | None = None
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
@@ -299,36 +308,64 @@ class _Pipeline:
             for _ in range(self.lanes):
                 self._put(None)
 
-    def _take(self) -> list[tuple[int, Chunk]] | None:
+    def _share(self, lane: int, holding: int) -> int:
+        """Chunks a lane should take now, holding ``holding`` of them already.
+
+        While the VAD runs: ``group`` (a lane's first batch half a group, so that decoding
+        starts sooner: the VAD hands out a first minute of speech in 0.2 s, four minutes in
+        0.9 s). Once it has found every chunk: what evens out the work left, counting the
+        chunks still being decoded by the other lanes (by their steps), so that the lanes
+        finish together. Taking whole groups, one lane decoded the last group alone while
+        the other sat idle: 2.6 s of a 13 s run on the bench recording.
+        """
+        if self.n_chunks is None:
+            return self.group if lane in self.started else -(-self.group // 2)
+        left = self.n_chunks - (self.n_taken - holding)
+        busy = sum(self.lane_steps[i].outstanding() for i in self.busy if i != lane)
+        return max(1, min(self.group, left, round((left + busy) / self.lanes + 0.25)))
+
+    def _take(self, lane: int) -> list[tuple[int, Chunk]] | None:
         """Up to ``group`` chunks (waiting for them while the VAD still runs), or None once
-        the input is exhausted. Each lane ends on one of the producer's end markers."""
+        the input is exhausted. Each lane ends on one of the producer's end markers. One lane
+        takes at a time: lanes taking side by side would each hold half a group and wait."""
         taken: list[tuple[int, Chunk]] = []
-        while len(taken) < self.group and not self.halt.is_set():
-            try:
-                item = self.todo.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if item is None:
-                if taken:  # decode these first; end on a marker next time
-                    self._put(None)
-                return taken or None
-            taken.append(item)
+        with self.taking:
+            while not self.halt.is_set():
+                with self.cond:
+                    if len(taken) >= self._share(lane, len(taken)):
+                        break
+                try:
+                    item = self.todo.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if item is None:
+                    if taken:  # decode these first; end on a marker next time
+                        self._put(None)
+                    break
+                taken.append(item)
+                with self.cond:
+                    self.n_taken += 1
+            with self.cond:
+                if taken:
+                    self.started.add(lane)
         return taken or None
 
     def _work(self, lane: int) -> None:
         steps = self.lane_steps[lane]
         try:
             while not self.halt.is_set():
-                taken = self._take()
+                taken = self._take(lane)
                 if not taken:
                     return
                 chunks = [c for _, c in taken]
                 with self.cond:
                     steps.start(chunks, chunks[0].pieces[0][1] / SAMPLE_RATE)
                     self.busy.add(lane)
-                segments, self.group = _decode_fitting(
+                segments, fitted = _decode_fitting(
                     self.model, chunks, self.language, self.options, self.prompt, steps
                 )
+                if fitted < len(chunks):  # a GPU ran out of memory: smaller batches from now on
+                    self.group = fitted
                 with self.cond:
                     self.busy.discard(lane)
                     for (i, chunk), segs in zip(taken, segments, strict=True):
