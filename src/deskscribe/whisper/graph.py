@@ -28,7 +28,7 @@ from .onnx_writer import GraphWriter
 from .weights import Checkpoint, QuantizedTensor
 
 VARIANTS = ("fp32", "fp16", "int8")
-GRAPH_VERSION = 4  # bump when the graphs change: built models must be rebuilt
+GRAPH_VERSION = 5  # bump when the graphs change: built models must be rebuilt
 
 
 @dataclass
@@ -158,15 +158,31 @@ def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
         for i in range(d.n_audio_layer):
             p = f"enc.{i}"
             h = b.layer_norm(x, f"{p}.attn_ln")
-            q = b.split_heads(
-                b.linear(h, f"{p}.attn.q", scale=scale), d.n_audio_head, dh_a, [0, 2, 1, 3]
-            )
-            k = b.split_heads(
-                b.linear(h, f"{p}.attn.k", bias=False), d.n_audio_head, dh_a, [0, 2, 3, 1]
-            )
-            v = b.split_heads(b.linear(h, f"{p}.attn.v"), d.n_audio_head, dh_a, [0, 2, 1, 3])
-            out, _ = b.attend(q, k, v)
-            x = g.op("Add", x, b.linear(b.merge_heads(out, d.n_audio_state), f"{p}.attn.o"))
+            q = b.linear(h, f"{p}.attn.q", scale=scale)
+            k = b.linear(h, f"{p}.attn.k", bias=False)
+            v = b.linear(h, f"{p}.attn.v")
+            if cfg.variant == "fp16":
+                q = b.split_heads(q, d.n_audio_head, dh_a, [0, 2, 1, 3])
+                k = b.split_heads(k, d.n_audio_head, dh_a, [0, 2, 3, 1])
+                v = b.split_heads(v, d.n_audio_head, dh_a, [0, 2, 1, 3])
+                out = b.merge_heads(b.attend(q, k, v)[0], d.n_audio_state)
+            else:
+                # The CPU variants: ONNX Runtime's fused attention (the softmax scale is
+                # already in the query weights). Measured on tiny.en int8, one thread: a
+                # window encodes in 274 instead of 313 ms, at a peak of 154 instead of 208 MiB
+                # (the scores and the probabilities, n_head x 1500 x 1500 each, are never
+                # both held). The fp16 variant, built for GPUs, keeps the plain operators
+                # that every provider runs (CoreML has no fused attention).
+                out = g.op(
+                    "MultiHeadAttention",
+                    q,
+                    k,
+                    v,
+                    domain="com.microsoft",
+                    num_heads=d.n_audio_head,
+                    scale=1.0,
+                )
+            x = g.op("Add", x, b.linear(out, f"{p}.attn.o"))
             x = g.op("Add", x, b.mlp(b.layer_norm(x, f"{p}.mlp_ln"), p))
         x = b.layer_norm(x, "enc.ln")
 

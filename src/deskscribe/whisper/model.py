@@ -123,8 +123,10 @@ class WhisperModel:
         if self._cpu_only():
             self.runtime.candidates()  # notes why, when a GPU was asked for
             self.runtime.provider = CPU
-            encoder = cpu_session(self.folder / "encoder.onnx", self.runtime.threads, arena=True)
-            decoder = cpu_session(self.folder / "decoder.onnx", self.runtime.threads)
+            encoder, decoder = (
+                cpu_session(self.folder / name, self.runtime.threads)
+                for name in ("encoder.onnx", "decoder.onnx")
+            )
             return _Sessions(encoder, decoder, None, False)
         encoder = self.runtime.open(self.folder / "encoder.onnx")
         decoder = self.runtime.open(self.folder / "decoder.onnx")
@@ -478,7 +480,7 @@ def _read_manifest(folder: Path) -> dict:
     return manifest
 
 
-def cpu_session(path: Path, threads: int, arena: bool = False) -> ort.InferenceSession:
+def cpu_session(path: Path, threads: int) -> ort.InferenceSession:
     """A CPU session whose threads sleep while they wait instead of spinning. A decoder step
     is hundreds of operations of a few microseconds each; spinning threads burn a core between
     them and, on a machine with other work, lose it at every wait. Measured on the 2-core
@@ -487,15 +489,6 @@ def cpu_session(path: Path, threads: int, arena: bool = False) -> ort.InferenceS
     opts = session_options(CPU, threads)
     if threads != 1:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if arena:
-        # For the encoder, which allocates the same large buffers (a layer's attention is
-        # n_head x 1500 x 1500 floats) for every window: without the arena each run maps
-        # them afresh and faults every page in. Measured (tiny.en int8, one thread): 313 ms
-        # a window without, 271 ms with, for 60 MiB more at the peak (the arena plans one
-        # block for the run and keeps it). Not for the batched path's lanes: each of the
-        # encoder runs going at once keeps a block (+155 MiB peak with two lanes on the
-        # bench). The decoder's buffers are small, its speed the same either way.
-        opts.enable_cpu_mem_arena = True
     return ort.InferenceSession(str(path), sess_options=opts, providers=[CPU])
 
 
