@@ -13,7 +13,13 @@ import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException
 
 from conftest import espeak, load, run_cli, wer
-from deskscribe.audio.vad import VadOptions, regions_from_probabilities
+from deskscribe.audio.vad import (
+    FRAME,
+    SequenceVAD,
+    SileroVAD,
+    VadOptions,
+    regions_from_probabilities,
+)
 from deskscribe.whisper.chunking import RegionTracker
 from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
 from deskscribe.whisper.features import log_mel
@@ -92,6 +98,29 @@ def test_streamed_regions_equal_whole_signal_regions() -> None:
             i += step
         got += tracker.finish(n_samples)
         assert got == regions_from_probabilities(probs, n_samples, opt)
+
+
+def test_sequence_vad_gives_the_frame_by_frame_probabilities(meeting) -> None:
+    """The VAD of the batched path (frame encoder batched, LSTM over the sequence), fed in
+    blocks of odd sizes, against the shipped model run one frame at a time."""
+    audio = meeting[: SR * 40]
+    one = SileroVAD()
+    n = -(-audio.shape[0] // FRAME)
+    padded = np.zeros(n * FRAME, np.float32)
+    padded[: audio.shape[0]] = audio
+    expected = np.array([one.frame_probability(f) for f in padded.reshape(n, FRAME)])
+    vad, got, i = SequenceVAD(), [], 0
+    for size in itertools.cycle([100, 16000, 7001, 480000]):
+        if i >= audio.shape[0]:
+            break
+        got.append(vad.feed(audio[i : i + size]))
+        i += size
+    got.append(vad.finish())
+    got_all = np.concatenate(got)
+    assert got_all.shape == expected.shape
+    np.testing.assert_allclose(got_all, expected, atol=1e-5)
+    assert (expected > 0.5).mean() > 0.3  # there is speech in it, and silence
+    assert (expected < 0.2).mean() > 0.2
 
 
 @pytest.mark.parametrize("beam_size", [None, 5])

@@ -2,7 +2,8 @@
 windows of at most 30 s.
 
 ``speech_chunks`` streams blocks in and chunks out; only the audio of regions not yet packed
-is kept, so memory does not grow with the length of the input. ``RegionTracker`` is
+is kept, so memory does not grow with the length of the input. The probabilities come from
+``vad.SequenceVAD`` a block at a time (the same as one frame at a time); ``RegionTracker`` is
 ``vad.regions_from_probabilities`` one block of probabilities at a time (same result).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..audio.vad import CONTEXT, FRAME, VadOptions, silero_session
+from ..audio.vad import FRAME, SequenceVAD, VadOptions
 from .decoding import TranscriptionCancelled
 from .features import N_SAMPLES, SAMPLE_RATE
 
@@ -149,105 +150,11 @@ class RegionTracker:
         return out
 
 
-class LanedVAD:
-    """Silero VAD over a stream, many frames per model run.
-
-    Rows of the model's batch are independent streams, so the audio waiting to be judged is
-    cut into ``lanes`` consecutive stretches of ``LANE_FRAMES`` that run side by side: one
-    run of the model per frame step instead of one per frame (0.6x the CPU time, which
-    matters most on a GPU machine, where the VAD runs alongside the decoding). Lane 0
-    continues exactly from the state where the previous run ended; the others start from a
-    fresh state ``WARMUP`` frames early, on the audio before them, and drop those frames.
-    Silero's state has a long memory: with 4 s of warm-up, probabilities stay within 0.14 of
-    one stream's and 1 of 66 regions of the 5-minute bench recording moves by a few frames
-    (with 1 s, 2 regions; with 8 s, none, at 1.3x the cost).
-
-    The first runs use fewer lanes (``RAMP``: 2, then 4): a run of 8 lanes judges 4 minutes
-    before the first region comes out, and the decoders wait for it (0.9 s on the bench
-    machine); 2 lanes hand out the first minute in 0.2 s, at 1.4x the CPU time per frame.
-    """
-
-    LANE_FRAMES = 938  # 30 s
-    WARMUP = 128  # 4 s
-    RAMP = (2, 4)  # lanes of the first runs (capped at ``lanes``)
-
-    def __init__(self, lanes: int = 8) -> None:
-        self.session = silero_session()
-        self.lanes = lanes
-        self.runs = 0
-        self.sr = np.array(SAMPLE_RATE, dtype=np.int64)
-        self.state = np.zeros((2, 1, 128), dtype=np.float32)
-        self.context = np.zeros(CONTEXT, dtype=np.float32)
-        self.pending = np.zeros(0, dtype=np.float32)
-
-    def feed(self, block: np.ndarray) -> np.ndarray:
-        """Probabilities of the frames judged now (a batch of lanes once enough is pending)."""
-        block = np.asarray(block, dtype=np.float32).reshape(-1)
-        self.pending = np.concatenate([self.pending, block]) if self.pending.size else block
-        out = []
-        while True:
-            lanes = (
-                min(self.lanes, self.RAMP[self.runs]) if self.runs < len(self.RAMP) else self.lanes
-            )
-            span = lanes * self.LANE_FRAMES * FRAME
-            if self.pending.shape[0] < span:
-                break
-            out.append(self._run(self.pending[:span], lanes))
-            self.pending = self.pending[span:]
-            self.runs += 1
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
-
-    def finish(self) -> np.ndarray:
-        """Probabilities of what is left (the last frame zero-padded)."""
-        n = -(-self.pending.shape[0] // FRAME)
-        if n == 0:
-            return np.zeros(0, dtype=np.float32)
-        audio = np.zeros(n * FRAME, dtype=np.float32)
-        audio[: self.pending.shape[0]] = self.pending
-        self.pending = np.zeros(0, dtype=np.float32)
-        lanes = max(1, min(self.lanes, n // (2 * self.WARMUP)))
-        return self._run(audio, lanes)
-
-    def _run(self, audio: np.ndarray, lanes: int) -> np.ndarray:
-        n = audio.shape[0] // FRAME
-        frames = audio.reshape(n, FRAME)
-        bounds = np.linspace(0, n, lanes + 1).round().astype(int)
-        width = max(bounds[k + 1] - bounds[k] for k in range(lanes)) + self.WARMUP * (lanes > 1)
-        # Lane k judges frames [first_k, first_k + width): lane 0 from where the last run
-        # stopped (its surplus frames at the end are dropped), the others WARMUP early.
-        firsts = [0] + [int(bounds[k]) - self.WARMUP for k in range(1, lanes)]
-        padded = np.zeros((lanes, width, FRAME), dtype=np.float32)
-        contexts = np.zeros((lanes, CONTEXT), dtype=np.float32)
-        contexts[0] = self.context
-        for k, first in enumerate(firsts):
-            take = frames[first : first + width]
-            padded[k, : take.shape[0]] = take
-            if k:
-                contexts[k] = frames[first - 1, -CONTEXT:]
-        state = np.zeros((2, lanes, 128), dtype=np.float32)
-        state[:, 0] = self.state[:, 0]
-        probs = np.zeros((lanes, width), dtype=np.float32)
-        last = lanes - 1
-        end_step = bounds[lanes] - firsts[last] - 1  # the step of the run's last real frame
-        for step in range(width):
-            x = np.concatenate([contexts, padded[:, step]], axis=1)
-            p, state = self.session.run(None, {"input": x, "state": state, "sr": self.sr})
-            probs[:, step] = p[:, 0]
-            contexts = x[:, -CONTEXT:]
-            if step == end_step:  # carry the last lane on into the next run
-                self.state = state[:, last : last + 1].copy()
-                self.context = contexts[last].copy()
-        out = [probs[0, : bounds[1]]]
-        for k in range(1, lanes):
-            out.append(probs[k, self.WARMUP : self.WARMUP + bounds[k + 1] - bounds[k]])
-        return np.concatenate(out)
-
-
 def probabilities_stream(
-    blocks: Iterable[np.ndarray], vad: LanedVAD | None = None
+    blocks: Iterable[np.ndarray], vad: SequenceVAD | None = None
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(block, speech probabilities of the frames judged since the previous block)."""
-    vad = vad or LanedVAD()
+    vad = vad or SequenceVAD()
     for block in blocks:
         yield block, vad.feed(block)
     yield np.zeros(0, dtype=np.float32), vad.finish()
