@@ -312,8 +312,8 @@ class _Pipeline:
         """Chunks a lane should take now, holding ``holding`` of them already.
 
         While the VAD runs: ``group`` (a lane's first batch half a group, so that decoding
-        starts sooner: the VAD hands out a first minute of speech in 0.2 s, four minutes in
-        0.9 s). Once it has found every chunk: what evens out the work left, counting the
+        starts sooner: on the bench the VAD hands out a chunk about every 0.1 s, and the
+        second lane would wait 1.3 s for its first four). Once it has found every chunk: what evens out the work left, counting the
         chunks still being decoded by the other lanes (by their steps), so that the lanes
         finish together. Taking whole groups, one lane decoded the last group alone while
         the other sat idle: 2.6 s of a 13 s run on the bench recording.
