@@ -11,11 +11,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
+from conftest import espeak
 from deskscribe.gui.app import MainWindow
 from deskscribe.gui.context import AppContext
 from deskscribe.gui.first_run import FirstRunDialog
@@ -260,3 +262,45 @@ def test_keyboard_shortcuts_reach_every_page(qtbot, window):
     banner = window.live_panel.banner
     qtbot.waitUntil(lambda: "No transcription model" in banner.text.text(), timeout=30_000)
     assert banner.isVisible() and banner.action.text() == "Get a model…"
+
+
+def test_open_with_starts_the_app_with_the_files_in_its_queue(app_env, tiny_fp32, speech_dir):  # noqa: F811
+    """The file manager's "Open with DeskScribe" runs `deskscribe FILE...`: the app opens and
+    transcribes them (before, the command line refused the arguments and no window came)."""
+    install_test_model(app_env, tiny_fp32)
+    wav = espeak("Remember to water the plants on Sunday.", app_env.root / "open me.wav")
+    env = {**os.environ, **app_env.env(), "QT_QPA_PLATFORM": "offscreen"}
+    app = subprocess.Popen([sys.executable, "-m", "deskscribe", str(wav)], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        library = AppContext().library
+        deadline = time.monotonic() + 120
+        while not [i for i in library.search(kind="file") if i.status == "done"]:
+            assert app.poll() is None, app.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the opened file was not transcribed"
+            time.sleep(0.2)
+    finally:
+        app.terminate()
+        app.wait(timeout=30)
+    [item] = library.search(kind="file")
+    assert item.source == str(wav)
+    text = library.load_transcript(item.id).text.lower()
+    assert "remember" in text and "sunday" in text, text
+    # Anything that is not an existing file still goes to the command line and its errors.
+    wrong = subprocess.run([sys.executable, "-m", "deskscribe", "transcibe", str(wav)], env=env,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert wrong.returncode == 2 and "invalid choice" in wrong.stderr
+
+
+def test_files_opened_by_the_system_go_to_the_queue(qtbot, window, speech_dir):
+    """macOS hands "Open With" files to the running app as FileOpen events."""
+    from PySide6.QtGui import QFileOpenEvent
+    from PySide6.QtWidgets import QApplication
+
+    from deskscribe.gui.app import FileOpenHandler
+
+    wav = espeak("Open this one too.", speech_dir / "opened-by-finder.wav")
+    QApplication.instance().installEventFilter(FileOpenHandler(window))
+    QApplication.sendEvent(QApplication.instance(), QFileOpenEvent(str(wav)))
+    assert window.stack.currentWidget() is window.files_panel
+    qtbot.waitUntil(lambda: window.files_panel.queue.rowCount() == 1, timeout=20_000)

@@ -160,6 +160,38 @@ def test_live_window_shows_committed_text_from_system_audio(
     assert worst < lag_bound_ms(), f"the UI thread stalled {worst} ms: " + "; ".join(lag.stalls)
 
 
+def test_live_window_labels_voices_when_a_speaker_model_is_installed(
+    qtbot,
+    app_env,  # noqa: F811
+    tiny_fp32,
+    speaker_model,
+    pulse,
+    talk,
+):
+    """With a speaker model installed the live window labels speakers as they speak (before,
+    only the tests gave the live session a speaker model; the app never did)."""
+    install_test_model(app_env, tiny_fp32)
+    (app_env.store / "speaker-resemblyzer").symlink_to(speaker_model, target_is_directory=True)
+    pulse.add_null_sink("gui_voices")
+    panel = LivePanel(AppContext())
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitUntil(lambda: panel.devices_known, timeout=20_000)
+    panel.set_source("system")
+    assert panel.select_device("system", "gui_voices.monitor")
+    qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.state == "recording", timeout=60_000)
+    assert panel.session is not None and panel.session.labeller.active
+    player = play(pulse, talk, "gui_voices")
+    qtbot.waitUntil(lambda: player.poll() is not None, timeout=120_000)
+    pump(1.0)
+    qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)  # Stop
+    qtbot.waitUntil(lambda: panel.state == "stopped", timeout=60_000)
+    said = [(s.speaker, s.text) for s in panel.model.segments]
+    assert said and all(who for who, _ in said), said
+    assert len({who for who, _ in said}) == 1, said  # one voice in the recording
+
+
 def test_no_model_says_how_to_get_one(qtbot, app_env, pulse):  # noqa: F811
     pulse.add_null_sink("gui_nomodel")
     panel = LivePanel(AppContext())

@@ -304,3 +304,21 @@ def test_full_disk_stops_cleanly_and_keeps_the_audio(
         assert kept > 4.0, kept  # what fit on the disk is all there and readable
     finally:
         subprocess.run(["umount", "-l", str(disk)])
+
+
+def test_cli_live_labels_voices_with_a_speaker_model(
+    pulse, tiny_fp32, speaker_model, data_dir, tmp_path
+):
+    """`deskscribe live` uses a speaker model when one is given (or installed), says when it
+    has none, and refuses --speakers without one."""
+    monitor = pulse.add_null_sink("live_cli_voices")
+    base = ["live", "--source", "system", "--device", monitor, "--model", str(tiny_fp32)]
+    env = {"DESKSCRIBE_DATA_DIR": str(data_dir)}
+    run = run_cli([*base, "--duration", "2", "--speaker-model", str(speaker_model)],
+                  store=tmp_path, **env)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "speakers: " in run.stderr and "resemblyzer" in run.stderr, run.stderr
+    none = run_cli([*base, "--duration", "1"], store=tmp_path, **env)
+    assert none.returncode == 0 and "speakers: off" in none.stderr, none.stderr
+    asked = run_cli([*base, "--duration", "1", "--speakers"], store=tmp_path, **env)
+    assert asked.returncode == 2 and "speaker" in asked.stderr.lower(), asked.stderr

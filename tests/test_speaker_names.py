@@ -96,10 +96,10 @@ def test_rename_round_trips_through_json_and_every_export(tmp_path: Path) -> Non
     assert "\nAlice Müller: Hello there, how are you today?\n" in srt
     assert "\nBob <Dev>: I am fine thanks.\n" in srt
     assert "<v Bob &lt;Dev&gt;>I am fine thanks." in render(back, "vtt")
-    assert "**Alice Müller** [00:00] Hello there" in render(back, "md")
+    assert "[00:00] **Alice Müller:** Hello there" in render(back, "md")
     assert ",Bob <Dev>,I am fine thanks." in render(back, "csv")
     paras = [p.text for p in docx.Document(io.BytesIO(render(back, "docx"))).paragraphs]
-    assert "Bob <Dev> [00:02] I am fine thanks." in paras
+    assert "[00:02] Bob <Dev>: I am fine thanks." in paras
     # An empty name goes back to the id, everywhere.
     back.rename_speaker("S2", "")
     assert "S2" not in back.speakers and "S2: I am fine thanks." in render(back, "txt")

@@ -210,9 +210,9 @@ def test_empty_segments_are_skipped_in_subtitles() -> None:
 def test_markdown() -> None:
     lines = [line for line in str(render(_transcript(), "md")).splitlines() if line]
     assert lines[0] == "# Team meeting, 2024.m4a"
-    assert lines[1] == '**Alice Müller** [00:00] Hello, "world" — café'
-    assert lines[3] == "**S2** [01:00] 中文 réponse 🎉"
-    assert lines[4] == '**Alice Müller** [1:02:05] Past an hour: a, b; "c".'
+    assert lines[1] == '[00:00] **Alice Müller:** Hello, "world" — café'
+    assert lines[3] == "[01:00] **S2:** 中文 réponse 🎉"
+    assert lines[4] == '[1:02:05] **Alice Müller:** Past an hour: a, b; "c".'
     escaped = render(Transcript([Segment(0, 1, " *not* <b>")]), "md")
     assert "\\*not\\* \\<b\\>" in escaped
     assert str(escaped).startswith("# Transcript\n")
@@ -249,8 +249,8 @@ def test_docx_reopens_with_text_and_speakers() -> None:
     for para, seg in zip(body[:-1], t.segments[:-1], strict=True):
         assert seg.text.strip() in para.text
         name = t.speaker_name(seg.speaker or "")
-        assert para.runs[0].text == name and para.runs[0].bold
-        assert f"[{format_clock(seg.start)}]" in para.text
+        assert para.text.startswith(f"[{format_clock(seg.start)}] {name}: ")
+        assert para.runs[1].text == f"{name}:" and para.runs[1].bold
     assert "badchar here" in body[-1].text
     assert doc.core_properties.title == "Team meeting, 2024.m4a"
 

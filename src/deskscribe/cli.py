@@ -152,10 +152,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:  # `deskscribe` alone opens the desktop app
+    if not argv or _opened_files(argv):
+        # `deskscribe` alone opens the desktop app; `deskscribe FILE...` (the file manager's
+        # "Open with DeskScribe") opens it with the files in its queue.
         from .gui.app import main as gui_main
 
-        return gui_main()
+        return gui_main(open_files=argv)
     if argv == ["--self-test"]:
         from . import selftest
 
@@ -179,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+
+
+def _opened_files(argv: list[str]) -> bool:
+    """True when every argument is an existing file or folder and none is a command."""
+    commands = {"transcribe", "config", "models", "live", "sessions", "profiles"}
+    return argv[0] not in commands and all(not a.startswith("-") and Path(a).exists() for a in argv)
 
 
 def _err(message: str) -> None:

@@ -42,6 +42,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="where the model runs",
     )
     lv.add_argument("--threads", type=int, default=0)
+    lv.add_argument(
+        "--speakers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="label speakers by voice as they speak (default: when a speaker model is installed)",
+    )
+    lv.add_argument("--speaker-model", help="speaker model name in the store or a folder")
     lv.add_argument("--duration", type=float, help="stop by itself after this many seconds")
     lv.add_argument("--title", help="a name for the session")
     lv.add_argument("--format", help="also export the transcript at the end: txt,srt,...")
@@ -86,6 +93,31 @@ def _device(kind: str, wanted: str | None):
     return find_device(kind, wanted) if wanted else default_device(kind)
 
 
+def _speaker_encoder(args: argparse.Namespace):
+    """The speaker model for live labels; None when off or (by default) none is installed;
+    False after saying why one that was asked for cannot be used."""
+    from .models.store import ModelNotInstalledError, resolve_speaker_model
+    from .speakers.encoder import SpeakerEncoder, SpeakerModelError
+
+    if args.speakers is False:
+        return None
+    asked = args.speakers or args.speaker_model is not None
+    try:
+        encoder = SpeakerEncoder(resolve_speaker_model(args.speaker_model))
+    except (ModelNotInstalledError, SpeakerModelError) as err:
+        if asked:
+            _err(str(err))
+            return False
+        print(
+            "speakers: off (no speaker model installed; "
+            "`deskscribe models install-speaker-starter` installs one)",
+            file=sys.stderr,
+        )
+        return None
+    print(f"speakers: {encoder.name} ({encoder.kind})", file=sys.stderr)
+    return encoder
+
+
 def live(args: argparse.Namespace) -> int:
     from .audio.devices import CaptureDeviceError, list_devices
     from .audio.sessions import find_interrupted
@@ -121,6 +153,9 @@ def live(args: argparse.Namespace) -> int:
             f"an interrupted session from {info.created:%Y-%m-%d %H:%M} was found; "
             f"recover it with: deskscribe sessions recover {info.id}"
         )
+    encoder = _speaker_encoder(args)
+    if encoder is False:
+        return EXIT_USAGE
     options = LiveOptions(
         source=source,
         mic=mic,
@@ -128,7 +163,7 @@ def live(args: argparse.Namespace) -> int:
         streaming=StreamingOptions(language=args.language),
         title=args.title,
     )
-    session = LiveSession(model, options)
+    session = LiveSession(model, options, speaker_encoder=encoder or None)
     tty = sys.stdout.isatty()
 
     def on_sigint(signum: int, frame: object) -> None:

@@ -13,7 +13,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -181,8 +181,12 @@ class MainWindow(QMainWindow):
         paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
         if paths:
             event.acceptProposedAction()
-            self.go("Files")
-            self.files_panel.add_paths(paths)
+            self.open_paths(paths)
+
+    def open_paths(self, paths: list[Path]) -> None:
+        """Files dropped on the window or opened with the app ("Open with"): queue them."""
+        self.go("Files")
+        self.files_panel.add_paths(paths)
 
     # ------------------------------------------------------------------ state
 
@@ -304,7 +308,25 @@ class MainWindow(QMainWindow):
             self.live_panel.devices_ready.connect(go, Qt.ConnectionType.SingleShotConnection)
 
 
-def main(argv: list[str] | None = None) -> int:
+class FileOpenHandler(QObject):
+    """Files the system asks the app to open (macOS Finder's "Open With" sends a FileOpen
+    event to the running app instead of arguments): into the file queue."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.FileOpen:
+            path = event.file()  # type: ignore[attr-defined]
+            if path:
+                self.window.open_paths([Path(path)])
+                return True
+        return False
+
+
+def main(argv: list[str] | None = None, open_files: list[str] | None = None) -> int:
+    """The desktop app; ``open_files`` (the file manager's "Open with") go to the file queue."""
     argv = list(argv or [])
     app = QApplication.instance() or QApplication([sys.argv[0], *argv])
     app.setApplicationName("DeskScribe")
@@ -316,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     window = MainWindow(ctx)
     window.show()
     QTimer.singleShot(0, window.start_up)
+    if open_files:
+        QTimer.singleShot(0, lambda: window.open_paths([Path(p) for p in open_files]))
+    opener = FileOpenHandler(window)  # macOS hands opened files over as events
+    app.installEventFilter(opener)
     code = app.exec()
     with contextlib.suppress(Exception):
         ctx.library.close()

@@ -201,7 +201,11 @@ class LivePanel(QWidget):
 
         def load(cancel) -> LiveSession | None:
             model = self.ctx.model()
-            return None if cancel.is_set() else LiveSession(model, options)
+            # Voices get labels as they speak when a speaker model is installed.
+            encoder = self.ctx.speaker_encoder()
+            if cancel.is_set():
+                return None
+            return LiveSession(model, options, speaker_encoder=encoder)
 
         self._loading = run_in_worker(load, on_done=self._loaded, on_error=self._load_failed)
         self._remember_devices(options)

@@ -9,7 +9,8 @@ Speaker labels are shown by display name (``Transcript.speaker_name``). Conventi
 - TXT without timestamps: one line per speaker turn (consecutive segments of the same speaker
   joined), ``Name: text``; segments without a speaker get a line each, without a prefix.
   With ``timestamps=True``: one line per segment, ``[HH:MM:SS.mmm] Name: text``.
-- SRT/VTT/Markdown/CSV/DOCX: one cue/row/paragraph per segment. Segments with empty text are
+- Markdown and DOCX: one paragraph per segment, ``[MM:SS] Name: text`` (the name in bold).
+- SRT/VTT/CSV: one cue/row per segment. Segments with empty text are
   left out of SRT/VTT (an empty cue breaks players), kept elsewhere.
 - Times are rounded to the millisecond first, then split into fields, so 59.9996 s is
   ``00:01:00.000``, never a 60-second field. Negative times are clamped to 0.
@@ -179,8 +180,8 @@ def _render_md(transcript: Transcript) -> str:
     out = [f"# {_md_escape(_title(transcript))}", ""]
     for seg in transcript.segments:
         label = _label(transcript, seg)
-        head = f"**{_md_escape(_one_line(label))}** " if label else ""
-        line = f"{head}[{format_clock(seg.start)}] {_md_escape(_one_line(seg.text))}"
+        who = f" **{_md_escape(_one_line(label))}:**" if label else ""
+        line = f"[{format_clock(seg.start)}]{who} {_md_escape(_one_line(seg.text))}"
         out += [line.rstrip(), ""]
     return "\n".join(out)
 
@@ -214,13 +215,13 @@ def _render_docx(transcript: Transcript) -> bytes:
     document.add_heading(title, level=1)
     for seg in transcript.segments:
         para = document.add_paragraph()
+        stamp = para.add_run(f"[{format_clock(seg.start)}] ")
+        stamp.font.color.rgb = RGBColor(0x70, 0x70, 0x70)
         label = _label(transcript, seg)
         if label:
-            para.add_run(clean(_one_line(label))).bold = True
+            para.add_run(clean(_one_line(label)) + ":").bold = True
             para.add_run(" ")
-        stamp = para.add_run(f"[{format_clock(seg.start)}]")
-        stamp.font.color.rgb = RGBColor(0x70, 0x70, 0x70)
-        para.add_run(" " + clean(seg.text.strip()))
+        para.add_run(clean(seg.text.strip()))
     buf = io.BytesIO()
     document.save(buf)
     return buf.getvalue()
