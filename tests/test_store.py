@@ -85,7 +85,13 @@ def test_wanted_files_pick_weights_config_and_tokenizer_only() -> None:
             "switches to the CPU",
         ),
         (Hardware((CPU,), None, None, 4), "base", "int8", "cpu", "4 CPU cores"),
-        (Hardware((CPU,), None, None, 16), "small", "int8", "cpu", "keeps up with live speech"),
+        (
+            Hardware((CPU,), None, None, 16),
+            "small",
+            "int8",
+            "cpu",
+            "stays quick on your 16 CPU cores",
+        ),
     ],
 )
 def test_recommendation_fits_the_hardware(

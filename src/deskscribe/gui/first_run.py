@@ -150,7 +150,7 @@ class FirstRunDialog(QDialog):
     def _no_hw(self, exc: BaseException) -> None:
         self.hardware.setText(f"Could not look at the hardware ({exc}); assuming a CPU.")
         self.recommendation.setText("<b>Recommended: Whisper base</b>")
-        self.reason.setText("Whisper base keeps up with live speech on any computer.")
+        self.reason.setText("Whisper base is accurate and quick on any recent computer.")
         self._fill_models("base", "int8")
         self.adjustSize()
 

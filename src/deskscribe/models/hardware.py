@@ -109,6 +109,7 @@ def recommend(hw: Hardware) -> Recommendation:
         model,
         "int8",
         "cpu",
-        f"Without a supported GPU, Whisper {model} on your {hw.cpu_count} CPU cores keeps up "
-        "with live speech; large-v3-turbo would fall behind.",
+        f"Without a supported GPU, Whisper {model} is the most accurate model that stays quick "
+        f"on your {hw.cpu_count} CPU cores (a file takes a small part of its length); "
+        "large-v3-turbo would be several times slower.",
     )
