@@ -322,3 +322,71 @@ def test_cli_live_labels_voices_with_a_speaker_model(
     assert none.returncode == 0 and "speakers: off" in none.stderr, none.stderr
     asked = run_cli([*base, "--duration", "1", "--speakers"], store=tmp_path, **env)
     assert asked.returncode == 2 and "speaker" in asked.stderr.lower(), asked.stderr
+
+
+def test_unplugged_device_is_reported_and_the_session_goes_on_with_another(
+    pulse, tiny_model, turns, data_dir, tmp_path
+):
+    """A session whose device disappears says so (not fatal), keeps what it recorded, and
+    carries on, in the same session and timeline, on the device the user switches to."""
+    first = pulse.add_null_sink("live_headset")
+    spare = pulse.add_null_sink("live_spare")
+    session = LiveSession(
+        tiny_model, LiveOptions(source="system", system=find_device("system", first))
+    )
+    session.start()
+    wait_for(session, Started)
+    played(pulse, write_wav(tmp_path / "a.wav", np.concatenate([turns[0], gap(1.5)])),
+           "live_headset")()  # fmt: skip
+    pulse.remove_sink("live_headset")
+    problem, _ = wait_for(session, Problem)
+    assert problem.track == "system" and not problem.fatal
+    assert "live_headset" in problem.message or "device" in problem.message.lower(), problem
+    session.switch_device("system", find_device("system", spare))
+    played(pulse, write_wav(tmp_path / "b.wav", np.concatenate([turns[1], gap(1.5)])),
+           "live_spare")()  # fmt: skip
+    session.stop()
+    stopped, _ = wait_for(session, Stopped, timeout=120)
+    said = normalize(stopped.transcript.text)
+    assert wer(TURNS[0] + " " + TURNS[1], said) < 0.3, said
+    assert (
+        read_track(stopped.folder, "system").shape[0] / SR
+        > (turns[0].shape[0] + turns[1].shape[0]) / SR + 2.0
+    )
+
+
+def test_cli_live_prints_lines_and_ctrl_c_commits_the_last_words(
+    pulse, tiny_fp32, turns, data_dir, tmp_path
+):
+    """`deskscribe live` prints each committed line; Ctrl-C right after the speech stops it
+    cleanly (exit 0) with the last words committed and the session files written."""
+    monitor = pulse.add_null_sink("live_cli_lines")
+    wav = write_wav(tmp_path / "talk.wav", np.concatenate([gap(0.3), turns[0], gap(1.2), turns[2]]))
+    env = {
+        **os.environ,
+        "DESKSCRIBE_DATA_DIR": str(data_dir),
+        "DESKSCRIBE_MODELS_DIR": str(tmp_path),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deskscribe", "live", "--source", "system", "--device", monitor,
+         "--model", str(tiny_fp32), "--no-speakers"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        lines = []
+        while not (lines and lines[-1].startswith("recording")):
+            lines.append(proc.stderr.readline())
+            assert lines[-1], "".join(lines)
+        played(pulse, wav, "live_cli_lines")()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    printed = [line for line in out.splitlines() if line.strip()]
+    assert printed and all(line.startswith("[00:") for line in printed), out
+    assert "thursday" in normalize(out), out  # the last word, committed by the Ctrl-C
+    assert wer(TURNS[0] + " " + TURNS[2], normalize(" ".join(p[8:] for p in printed))) < 0.25, out
+    [session] = list_sessions()
+    assert "thursday" in normalize((session.folder / "transcript.json").read_text())
