@@ -143,6 +143,21 @@ class PulseServer:
         self._load(name, "module-null-source", f"source_name={name}", f"rate={rate}")
         return name
 
+    def add_microphone(self, name: str, rate: int = 48000) -> str:
+        """A microphone that hears what is played into the sink ``<name>_air``: a real source
+        (not a monitor, so it is listed as a microphone) remapped from that sink's monitor.
+        Returns the sink to play into; unplug it with ``remove_source(name)``."""
+        air = f"{name}_air"
+        self.add_null_sink(air, rate=rate)
+        self._load(
+            name,
+            "module-remap-source",
+            f"master={air}.monitor",
+            f"source_name={name}",
+            f"source_properties=device.description={name}",
+        )
+        return air
+
     def set_default_sink(self, name: str) -> None:
         self._pactl("set-default-sink", name)
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 
-from conftest import espeak, load, normalize
+from conftest import espeak, load, normalize, wer
 from deskscribe.audio.sessions import find_interrupted, read_track
 from deskscribe.gui.app import AUTOSTART_ENV, MainWindow
 from deskscribe.gui.context import AppContext
@@ -365,3 +365,46 @@ def test_quitting_while_recording_saves_the_session_first(
     [item] = window.ctx.library.search(kind="live")
     assert read_track(Path(item.source), "system").shape[0] >= 2 * SR
     assert find_interrupted() == []
+
+
+def test_meeting_mode_window_meters_both_sources_and_labels_you_and_others(
+    qtbot,
+    app_env,  # noqa: F811
+    tiny_fp32,
+    pulse,
+    speech_dir,
+    tmp_path,
+):
+    """Microphone and system audio at once, picked from the device menus: both meters move,
+    and each side's words come out as "You" or "Others"."""
+    install_test_model(app_env, tiny_fp32)
+    room = pulse.add_microphone("gui_desk_mic")  # what is played into `room` the mic hears
+    pulse.add_null_sink("gui_call")
+    panel = LivePanel(AppContext())
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitUntil(lambda: panel.devices_known, timeout=20_000)
+    panel.set_source("both")
+    assert panel.picker.mic_combo.isVisible() and panel.picker.sys_combo.isVisible()
+    assert panel.select_device("mic", "gui_desk_mic")
+    assert panel.select_device("system", "gui_call.monitor")
+    qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.state == "recording", timeout=60_000)
+    you, others = TURNS[0], TURNS[1]
+    mine = load(espeak(you, speech_dir / "turn0.wav"))
+    theirs = load(espeak(others, speech_dir / "turn1.wav"))
+    # Turns one after the other, as in a call: me, then them.
+    me = write_wav(tmp_path / "me.wav", np.concatenate([gap(0.3), mine, gap(len(theirs) / SR + 2)]))
+    them = write_wav(
+        tmp_path / "them.wav", np.concatenate([gap(0.3 + len(mine) / SR + 1.0), theirs, gap(1.0)])
+    )
+    players = [play(pulse, me, room), play(pulse, them, "gui_call")]
+    qtbot.waitUntil(lambda: all(p.poll() is not None for p in players), timeout=120_000)
+    assert panel.picker.mic_meter.active and panel.picker.sys_meter.active
+    qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)  # Stop
+    qtbot.waitUntil(lambda: panel.state == "stopped", timeout=60_000)
+    said = {"You": [], "Others": []}
+    for seg in panel.model.segments:
+        said[seg.speaker].append(seg.text)
+    assert wer(you, " ".join(said["You"])) < 0.3, said
+    assert wer(others, " ".join(said["Others"])) < 0.35, said
