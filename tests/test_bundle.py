@@ -164,3 +164,80 @@ def test_deb_installs_and_deskscribe_is_on_path(bundle, store, tmp_path):
     finally:
         subprocess.run(["dpkg", "-r", "deskscribe"], capture_output=True)
     assert not Path("/usr/bin/deskscribe").exists()
+
+
+def _debian_suite() -> str | None:
+    """This machine's Debian release (bookworm, …), or None when it is not Debian."""
+    try:
+        fields = dict(
+            line.split("=", 1)
+            for line in Path("/etc/os-release").read_text().splitlines()
+            if "=" in line
+        )
+    except OSError:
+        return None
+    if fields.get("ID") != "debian":
+        return None
+    return fields.get("VERSION_CODENAME", "").strip('"') or None
+
+
+def test_deb_installs_into_a_clean_debian_and_the_app_starts(bundle, tmp_path):
+    """The .deb in a freshly made Debian root (mmdebstrap: apt and nothing else): apt installs
+    it with exactly the packages its Depends name, `deskscribe` is on PATH, the self-test
+    passes, and the app opens its window (an X server of the host's, shared into the root)."""
+    debs = sorted((ROOT / "build").glob("deskscribe_*.deb"))
+    if not debs:
+        pytest.skip(f"no .deb in build/: {BUILD_HINT}")
+    suite = _debian_suite()
+    if os.geteuid() != 0 or shutil.which("mmdebstrap") is None or suite is None:
+        pytest.skip("needs root, Debian and mmdebstrap (scripts/test.sh installs it; CI has all)")
+    root = tmp_path / "root"
+    made = subprocess.run(["mmdebstrap", "--variant=apt", "--quiet", suite, str(root)],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(
+            f"could not make a Debian root (is the mirror reachable?): {made.stderr[-800:]}"
+        )
+    shutil.copy(debs[-1], root / "tmp" / "deskscribe.deb")
+    shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    (root / "tmp" / ".X11-unix").mkdir(exist_ok=True)
+    mounts = [(Path("/proc"), root / "proc"), (Path("/tmp/.X11-unix"), root / "tmp" / ".X11-unix")]
+    for source, target in mounts:
+        subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+
+    def inside(command: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+               "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8"}  # fmt: skip
+        return subprocess.run(["chroot", str(root), "sh", "-c", command], env=env,
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+    display, xvfb, app = ":94", None, None
+    try:
+        install = inside("apt-get update -qq && apt-get install -y -qq /tmp/deskscribe.deb")
+        assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+        assert inside("command -v deskscribe").stdout.strip() == "/usr/bin/deskscribe"
+        selftest = inside("deskscribe --self-test")
+        assert selftest.returncode == 0, selftest.stdout + selftest.stderr
+        assert "(bundled app)" in selftest.stdout
+        xvfb = start_xvfb(display)
+        app = subprocess.Popen(
+            ["chroot", str(root), "env", f"DISPLAY={display}", "QT_QPA_PLATFORM=xcb",
+             "HOME=/root", "XDG_RUNTIME_DIR=/tmp", "/usr/bin/deskscribe"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        shot = ROOT / "build" / "deb-window.png"
+        grab = subprocess.run([sys.executable, "-c", GRAB, str(shot), "60"],
+                              env={**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb"},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert app.poll() is None, app.stdout.read().decode(errors="replace")
+        assert grab.returncode == 0, "no window was drawn within 60 s" + grab.stderr
+    finally:
+        if app is not None:
+            app.terminate()
+            app.wait(timeout=10)
+        if xvfb is not None:
+            xvfb.terminate()
+        for _, target in reversed(mounts):
+            subprocess.run(["umount", "-l", str(target)], capture_output=True)
+        # Never leave a host folder mounted in a tree that pytest deletes later.
+        assert not any(os.path.ismount(target) for _, target in mounts)
