@@ -15,11 +15,11 @@ import pytest
 pytest.register_assert_rewrite("files_support")
 pytest_plugins = ["files_support"]  # fixtures: media, ctx, window, with_speakers
 
-from PySide6.QtCore import QTimer  # noqa: E402
+from PySide6.QtCore import Qt, QTimer  # noqa: E402
 
 from conftest import load, wer  # noqa: E402
 from deskscribe.gui.queue_model import PROGRESS, STATUS  # noqa: E402
-from deskscribe.library import Library  # noqa: E402
+from deskscribe.library import ItemNotFoundError, Library  # noqa: E402
 from files_support import FOX, PLANTS, STORY, run_queue, status_cell  # noqa: E402
 
 # --------------------------------------------------------------------------- the queue
@@ -52,6 +52,16 @@ def test_drop_two_files_and_a_broken_one_on_the_window(qtbot, window, ctx, media
     with qtbot.waitSignal(files.queue_finished, timeout=60_000):
         files.retry_selected()
     assert status_cell(files, "broken.mp3") == reason
+    # Remove (the button): the failed file leaves the queue and the library; a done one
+    # leaves the queue only, its transcript stays in the library.
+    files.select(rows["broken.mp3"].item_id)
+    qtbot.mouseClick(files.remove_button, Qt.MouseButton.LeftButton)
+    files.select(rows["fox.mp3"].item_id)
+    qtbot.mouseClick(files.remove_button, Qt.MouseButton.LeftButton)
+    assert [r.path.name for r in files.queue.rows] == ["plants.m4a"]
+    assert ctx.library.get(rows["fox.mp3"].item_id).status == "done"
+    with pytest.raises(ItemNotFoundError):
+        ctx.library.get(rows["broken.mp3"].item_id)
 
 
 def load_seconds(media, name: str) -> float:
@@ -67,7 +77,7 @@ def test_a_truncated_file_keeps_what_can_be_read_and_folders_are_searched(
     (folder / "sub").mkdir(parents=True)
     (folder / "sub" / "story-cut.mp3").write_bytes(media["truncated"].read_bytes())
     (folder / "notes.txt").write_text("not media, not queued")
-    rows = run_queue(qtbot, files, [folder])
+    rows = run_queue(qtbot, files, [folder], target=_win)  # the folder dropped on the window
     assert list(rows) == ["story-cut.mp3"]
     row = rows["story-cut.mp3"]
     assert row.status == "done", row.error
