@@ -329,7 +329,7 @@ def test_unplugged_device_is_reported_and_the_session_goes_on_with_another(
 ):
     """A session whose device disappears says so (not fatal), keeps what it recorded, and
     carries on, in the same session and timeline, on the device the user switches to."""
-    first = pulse.add_null_sink("live_headset")
+    first = pulse.add_null_sink("live_usb_headset")
     spare = pulse.add_null_sink("live_spare")
     session = LiveSession(
         tiny_model, LiveOptions(source="system", system=find_device("system", first))
@@ -337,11 +337,11 @@ def test_unplugged_device_is_reported_and_the_session_goes_on_with_another(
     session.start()
     wait_for(session, Started)
     played(pulse, write_wav(tmp_path / "a.wav", np.concatenate([turns[0], gap(1.5)])),
-           "live_headset")()  # fmt: skip
-    pulse.remove_sink("live_headset")
+           "live_usb_headset")()  # fmt: skip
+    pulse.remove_sink("live_usb_headset")
     problem, _ = wait_for(session, Problem)
     assert problem.track == "system" and not problem.fatal
-    assert "live_headset" in problem.message or "device" in problem.message.lower(), problem
+    assert "live_usb_headset" in problem.message or "device" in problem.message.lower(), problem
     session.switch_device("system", find_device("system", spare))
     played(pulse, write_wav(tmp_path / "b.wav", np.concatenate([turns[1], gap(1.5)])),
            "live_spare")()  # fmt: skip
