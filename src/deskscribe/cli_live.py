@@ -83,7 +83,9 @@ def _stamp(seconds: float) -> str:
 
 
 def _line(seg) -> str:
-    who = f"{seg.speaker}: " if seg.speaker else ""
+    from .transcript.model import default_speaker_name
+
+    who = f"{default_speaker_name(seg.speaker)}: " if seg.speaker else ""
     return f"[{_stamp(seg.start)}] {who}{seg.text}"
 
 

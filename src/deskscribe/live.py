@@ -206,7 +206,7 @@ class LiveSession:
                 Segment(**{**s.__dict__, "words": list(s.words)})
                 for _, s in sorted(self._segments.items())
             ]
-        return Transcript(
+        transcript = Transcript(
             segments=segments,
             speakers=dict(self._speaker_names),
             language=self.transcriber.language,
@@ -214,6 +214,8 @@ class LiveSession:
             source=str(self.folder) if self.folder else None,
             model=self.model.name,
         )
+        transcript.name_voices()  # "S1" is "Speaker 1" in the library and the exports
+        return transcript
 
     # ------------------------------------------------------------------ threads
 

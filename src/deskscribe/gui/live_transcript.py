@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..transcript import Segment, Word
+from ..transcript.model import default_speaker_name
 from .widgets import clock, speaker_color
 
 SegmentRole = Qt.ItemDataRole.UserRole + 1
@@ -184,7 +185,8 @@ class SegmentDelegate(QStyledItemDelegate):
         if seg is not None:
             if seg.speaker:
                 color = speaker_color(seg.speaker, self.model.speakers).name()
-                parts.append(f"<b style='color:{color}'>{html.escape(seg.speaker)}</b>&nbsp; ")
+                name = default_speaker_name(seg.speaker)
+                parts.append(f"<b style='color:{color}'>{html.escape(name)}</b>&nbsp; ")
             parts.append(html.escape(seg.text.strip()))
         if tentative:
             parts.append(f" <i style='color:{muted}'>{html.escape(tentative)}</i>")

@@ -83,9 +83,7 @@ def assign_speakers(transcript: Transcript, turns) -> Transcript:
         model=transcript.model,
         speakers=dict(transcript.speakers),
     )
-    for sid in result.speaker_ids():
-        if sid.startswith("S") and sid[1:].isdigit() and sid not in result.speakers:
-            result.speakers[sid] = f"Speaker {sid[1:]}"
+    result.name_voices()
     return result
 
 

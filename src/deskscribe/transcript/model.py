@@ -99,6 +99,14 @@ class Segment:
         )
 
 
+def default_speaker_name(speaker_id: str) -> str:
+    """What a voice found by clustering ("S1", "S2", …) is called until the user names it:
+    "Speaker 1", …; other ids ("You", "Others", a profile's name) are their own name."""
+    if speaker_id.startswith("S") and speaker_id[1:].isdigit():
+        return f"Speaker {speaker_id[1:]}"
+    return speaker_id
+
+
 @dataclass
 class Transcript:
     """A whole transcript: segments plus what it came from.
@@ -113,6 +121,12 @@ class Transcript:
     source: str | None = None
     model: str | None = None
     speakers: dict[str, str] = field(default_factory=dict)
+
+    def name_voices(self) -> None:
+        """Give voice speakers without a name ("S1", "S2", …) their default ("Speaker 1", …)."""
+        for sid in self.speaker_ids():
+            if sid not in self.speakers and default_speaker_name(sid) != sid:
+                self.speakers[sid] = default_speaker_name(sid)
 
     def speaker_name(self, speaker_id: str) -> str:
         """The display name for ``speaker_id``, or the id itself when it has none."""
