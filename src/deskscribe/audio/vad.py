@@ -122,7 +122,7 @@ class SequenceVAD:
 
     The same network as ``SileroVAD``, frame for frame, but its frame encoder runs on all the
     frames at once (a batch) and its LSTM over them as one sequence, instead of one model run
-    per frame: on the bench recording 1.1 instead of 1.9 CPU-seconds per 10 minutes.
+    per frame: on the bench recording 1.06 CPU-seconds per 10 minutes, 2.35 frame by frame.
     """
 
     BATCH = 2048  # frames per encoder run (about a minute; bounds the encoder's memory)
@@ -193,11 +193,17 @@ class SileroVAD:
         return float(prob[0, 0])
 
     def probabilities(self, audio: np.ndarray) -> np.ndarray:
-        """Per-frame probabilities of a whole signal, from a fresh state (last frame zero-padded);
-        computed by ``SequenceVAD`` (the same figures, several times faster)."""
+        """Per-frame probabilities of a whole signal, from a fresh state (last frame zero-padded):
+        ``speech_probabilities``."""
         self.reset()
-        vad = SequenceVAD()
-        return np.concatenate([vad.feed(audio), vad.finish()])
+        return speech_probabilities(audio)
+
+
+def speech_probabilities(audio: np.ndarray) -> np.ndarray:
+    """Per-frame speech probabilities of a whole signal (last frame zero-padded), through
+    ``SequenceVAD``: the same figures as frame by frame, about twice as fast."""
+    vad = SequenceVAD()
+    return np.concatenate([vad.feed(audio), vad.finish()])
 
 
 def regions_from_probabilities(

@@ -33,7 +33,14 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from ..audio.vad import FRAME, SAMPLE_RATE, SileroVAD, VadOptions, regions_from_probabilities
+from ..audio.vad import (
+    FRAME,
+    SAMPLE_RATE,
+    SileroVAD,
+    VadOptions,
+    regions_from_probabilities,
+    speech_probabilities,
+)
 from ..transcript import Transcript
 from . import cluster
 from .assign import assign_speakers
@@ -156,7 +163,7 @@ def diarize(
     """Speaker turns of 16 kHz mono ``audio`` (see the module docstring)."""
     opt = options or DiarizeOptions()
     audio = np.asarray(audio, dtype=np.float32).reshape(-1)
-    probs = (vad or SileroVAD()).probabilities(audio)
+    probs = vad.probabilities(audio) if vad is not None else speech_probabilities(audio)
     regions = regions_from_probabilities(probs, audio.shape[0], opt.vad)
     window = round(encoder.window_seconds * SAMPLE_RATE)
     windows = sliding_windows(regions, window, max(FRAME, int(window * opt.hop_ratio)))

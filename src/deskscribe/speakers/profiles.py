@@ -24,6 +24,7 @@ from filelock import FileLock
 from ..fsutil import fsync_dir
 from ..paths import data_dir
 from ..transcript import Transcript
+from ..transcript.model import default_speaker_name
 from .cluster import normalize
 
 FORMAT_NAME = "deskscribe-voice-profiles"
@@ -247,7 +248,7 @@ def apply_profiles(
 
 def _user_named(transcript: Transcript, speaker_id: str) -> bool:
     name = transcript.speakers.get(speaker_id)
-    return bool(name) and name != f"Speaker {speaker_id[1:]}"
+    return bool(name) and name != default_speaker_name(speaker_id)
 
 
 def save_speaker(

@@ -125,8 +125,9 @@ class Transcript:
     def name_voices(self) -> None:
         """Give voice speakers without a name ("S1", "S2", …) their default ("Speaker 1", …)."""
         for sid in self.speaker_ids():
-            if sid not in self.speakers and default_speaker_name(sid) != sid:
-                self.speakers[sid] = default_speaker_name(sid)
+            name = default_speaker_name(sid)
+            if sid not in self.speakers and name != sid:
+                self.speakers[sid] = name
 
     def speaker_name(self, speaker_id: str) -> str:
         """The display name for ``speaker_id``, or the id itself when it has none."""

@@ -313,9 +313,9 @@ class _Pipeline:
 
         While the VAD runs: ``group`` (a lane's first batch half a group, so that decoding
         starts sooner: on the bench the VAD hands out a chunk about every 0.1 s, and the
-        second lane would wait 1.3 s for its first four). Once it has found every chunk: what evens out the work left, counting the
-        chunks still being decoded by the other lanes (by their steps), so that the lanes
-        finish together. Taking whole groups, one lane decoded the last group alone while
+        second lane would wait 1.3 s for its first four). Once it has found every chunk:
+        what evens out the work left, counting the chunks still being decoded by the other
+        lanes (by their steps), so that the lanes finish together. Taking whole groups, one lane decoded the last group alone while
         the other sat idle: 2.6 s of a 13 s run on the bench recording.
         """
         if self.n_chunks is None:
