@@ -24,6 +24,7 @@ pytest_plugins = ["pulse"]  # the `pulse` fixture: a private PulseAudio server f
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("DESKSCRIBE_TEST_CACHE", ROOT / ".test-cache"))
+EVAL = ROOT.parent / "shared" / "eval"  # real recordings (jfk.flac, a phone call, AMI clips)
 
 
 def _package_dir(name: str) -> Path:

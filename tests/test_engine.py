@@ -127,11 +127,10 @@ def test_truncated_split_model_says_so(tiny_ct2: Path, tmp_path: Path) -> None:
         load_checkpoint(split)
 
 
-def test_int8_ct2_checkpoint_keeps_its_quantized_weights(
+def test_int8_ct2_checkpoint_is_read_and_transcribes_as_well_as_ctranslate2(
     tiny_ct2: Path, clips, tmp_path: Path
 ) -> None:
     q = write_ct2(tiny_ct2, tmp_path / "tiny-int8", quantize=True)
-    assert ctranslate2.models.Whisper(str(q), device="cpu", compute_type="int8") is not None
     ckpt = load_checkpoint(q)
     w = ckpt.get("enc.0.attn.q.w")
     assert isinstance(w, QuantizedTensor) and w.values.dtype == np.int8
@@ -141,10 +140,12 @@ def test_int8_ct2_checkpoint_keeps_its_quantized_weights(
     )
     step = np.abs(ref[:384]).max(axis=1, keepdims=True) / 127
     assert np.all(np.abs(w.dequantize() - ref[:384]) <= step * 0.51 + 1e-6)
+    # Our build re-quantizes them to 7 bits (see graph.INT8_WEIGHT_LEVELS), so its text is
+    # not token for token ctranslate2's; it must be as close to what was said.
     ours = WhisperModel(built(q, "tiny-int8ckpt", "int8"), device="cpu")
     ref_model = ctranslate2.models.Whisper(str(q), device="cpu", compute_type="int8")
-    agree = 0
-    for audio in clips:
+    ours_wer = ct2_wer = 0.0
+    for (spoken, _, _), audio in zip(CLIPS, clips, strict=True):
         mel = log_mel(audio, 80)
         text = (
             WindowDecoder(ours, DecodingOptions(without_timestamps=True))
@@ -154,8 +155,9 @@ def test_int8_ct2_checkpoint_keeps_its_quantized_weights(
         res = ref_model.generate(
             ctranslate2.StorageView.from_array(mel[None]), [[50257, 50362]], beam_size=1
         )[0]
-        agree += text.strip() == ours.tokenizer.decode(res.sequences_ids[0]).strip()
-    assert agree >= 2  # both quantize activations on the fly, in slightly different ways
+        ours_wer += wer(spoken, text)
+        ct2_wer += wer(spoken, ours.tokenizer.decode(res.sequences_ids[0]))
+    assert ours_wer <= ct2_wer + 0.1, (ours_wer, ct2_wer)  # within one word in three clips
 
 
 @pytest.mark.parametrize("variant", ["fp16", "int8"])

@@ -12,8 +12,8 @@ alignment heads, used for word timestamps. Keys are kept transposed so that each
 plain MatMul. The softmax scale is folded into the query weights.
 
 Variants: ``fp32``; ``fp16`` (weights, activations and caches in float16, logits float32);
-``int8`` (linear weights int8 per output channel with ORT's DynamicQuantizeMatMul, activations
-float32, the encoder's convolutions left in float).
+``int8`` (linear weights in 7 bits per output channel with ORT's DynamicQuantizeMatMul,
+activations float32, the encoder's convolutions left in float; see ``INT8_WEIGHT_LEVELS``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import numpy as np
 from onnx import TensorProto
 
 from .onnx_writer import GraphWriter
-from .weights import Checkpoint, QuantizedTensor
+from .weights import Checkpoint
 
 VARIANTS = ("fp32", "fp16", "int8")
-GRAPH_VERSION = 5  # bump when the graphs change: built models must be rebuilt
+GRAPH_VERSION = 6  # bump when the graphs change: built models must be rebuilt
 
 
 @dataclass
@@ -66,11 +66,9 @@ class _Builder:
         if bias and f"{prefix}.b" in self.ck.tensors:
             b = self.ck.float(f"{prefix}.b") * scale
         if self.cfg.variant == "int8":
-            raw = self.ck.get(f"{prefix}.w")
-            if isinstance(raw, QuantizedTensor) and scale == 1.0:
-                q, row_scale = raw.values, 1.0 / raw.scale.astype(np.float32)
-            else:
-                q, row_scale = quantize_rows(self.ck.float(f"{prefix}.w") * scale)
+            # Weights already int8 in the checkpoint (CTranslate2 int8) are re-quantized to
+            # the 7-bit range too: 8-bit values would saturate on CPUs without VNNI.
+            q, row_scale = quantize_rows(self.ck.float(f"{prefix}.w") * scale)
             zero = np.zeros(q.shape[0], dtype=np.int8)
             inputs = [x, g.weight(np.ascontiguousarray(q.T)), g.weight(row_scale), g.weight(zero)]
             if b is not None:
@@ -123,11 +121,21 @@ class _Builder:
         return g.op("MatMul", probs, v), probs
 
 
+# int8 weights use 7 bits (-63..63), on every CPU. ONNX Runtime multiplies the dynamically
+# quantized activations (uint8, 0..255) by int8 weights; on x86 CPUs without VNNI (most laptops
+# before 2021) its kernel adds each pair of products into a saturating int16 (VPMADDUBSW):
+# 255 * (|w_k| + |w_k+1|) must stay <= 32767, so |w| <= 64. Full 8-bit weights overflowed there
+# and garbled words (an apostrophe became a segment end: "I didn t", "I didn."), while VNNI
+# CPUs gave the right text. With 7 bits every kernel computes the same exact integer sums.
+INT8_WEIGHT_LEVELS = 63
+
+
 def quantize_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 per output row: returns (int8 [out, in], dequant scale [out])."""
+    """Symmetric int8 per output row within +-INT8_WEIGHT_LEVELS: (int8 [out, in], scale [out])."""
+    levels = INT8_WEIGHT_LEVELS
     peak = np.abs(w).max(axis=1)
-    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    scale = np.where(peak > 0, peak / levels, 1.0).astype(np.float32)
+    q = np.clip(np.rint(w / scale[:, None]), -levels, levels).astype(np.int8)
     return q, scale
 
 
