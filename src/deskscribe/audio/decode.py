@@ -1,5 +1,8 @@
 """Any audio/video file FFmpeg can read → 16 kHz mono float32, streamed in blocks.
 
+With ``keep_channels`` the channels are kept apart instead (blocks of shape
+``[channels, samples]``), for transcribing each channel of a call recording on its own.
+
 `decode_blocks` is what the file queue uses: it opens and checks the file at once (so a bad
 file fails before any work is queued behind it) and then yields blocks of about
 `block_seconds`, holding about one block in memory, so a three-hour recording costs the same
@@ -153,17 +156,19 @@ def probe(path: StrPath) -> MediaInfo:
 
 
 class AudioBlocks(Iterator[np.ndarray]):
-    """Iterator of 16 kHz mono float32 blocks; what `decode_blocks` returns.
+    """Iterator of 16 kHz mono float32 blocks (``[channels, n]`` ones with ``keep_channels``);
+    what `decode_blocks` returns.
 
     Holds the open file: it is closed when iteration ends, fails, or on `close()` (also usable as
     a context manager, and done on garbage collection as a last resort).
     """
 
-    def __init__(self, path: StrPath, block_seconds: float) -> None:
+    def __init__(self, path: StrPath, block_seconds: float, keep_channels: bool = False) -> None:
         if not block_seconds > 0:
             raise ValueError(f"block_seconds must be positive, got {block_seconds}")
         self.path = Path(path)
         self._block = max(1, round(block_seconds * SAMPLE_RATE))
+        self._keep_channels = keep_channels
         self._container, self._stream = _open(path)
         try:
             self.info = _info(path, self._container, self._stream)
@@ -198,16 +203,16 @@ class AudioBlocks(Iterator[np.ndarray]):
     def _blocks(self, chunks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
         pending: list[np.ndarray] = []
         count = 0
-        for chunk in chunks:
+        for chunk in chunks:  # samples on the last axis (channels first, if kept)
             pending.append(chunk)
-            count += len(chunk)
+            count += chunk.shape[-1]
             while count >= self._block:
-                joined = np.concatenate(pending)
-                yield joined[: self._block]
-                rest = joined[self._block :]
-                pending, count = ([rest] if len(rest) else []), len(rest)
+                joined = np.concatenate(pending, axis=-1)
+                yield joined[..., : self._block]
+                rest = joined[..., self._block :]
+                pending, count = ([rest] if rest.shape[-1] else []), rest.shape[-1]
         if count:
-            yield np.concatenate(pending)
+            yield np.concatenate(pending, axis=-1)
 
     def _samples(self) -> Iterator[np.ndarray]:
         """Decoded, resampled chunks of any length, holes in the timeline filled with silence."""
@@ -220,11 +225,17 @@ class AudioBlocks(Iterator[np.ndarray]):
         origin: float | None = None  # source time where the audio track starts
         expected = 0.0  # source time where the next frame should start, relative to origin
 
+        keep = self._keep_channels
+        # Kept channels: the track's own layout throughout (a frame in another layout is
+        # remixed to it), planar, so each row of ``to_ndarray()`` is one channel.
+        layout = self._stream.codec_context.layout if keep else "mono"
+
         def convert(frame: av.AudioFrame | None) -> Iterator[np.ndarray]:
             assert resampler is not None
             for out in resampler.resample(frame):
                 if out is not None and out.samples:  # passthrough flush returns [None]
-                    yield np.clip(out.to_ndarray().reshape(-1), -1.0, 1.0).astype(np.float32)
+                    data = out.to_ndarray() if keep else out.to_ndarray().reshape(-1)
+                    yield np.clip(data, -1.0, 1.0).astype(np.float32)
 
         packets = self._container.demux(self._stream)
         while True:
@@ -266,26 +277,32 @@ class AudioBlocks(Iterator[np.ndarray]):
                 if key != setup or gap:
                     if resampler is not None:
                         for chunk in convert(None):  # flush: no tail is lost
-                            emitted += len(chunk)
+                            emitted += chunk.shape[-1]
                             yield chunk
-                    resampler = av.AudioResampler(
-                        format="flt", layout="mono", rate=SAMPLE_RATE, options=_DOWNMIX
-                    )
+                    if keep:
+                        resampler = av.AudioResampler(
+                            format="fltp", layout=layout, rate=SAMPLE_RATE
+                        )
+                    else:
+                        resampler = av.AudioResampler(
+                            format="flt", layout="mono", rate=SAMPLE_RATE, options=_DOWNMIX
+                        )
                     setup = key
                 if gap:
                     msg = "'%s': %.2f s missing at %.1f s, filled with silence"
                     log.warning(msg, name, gap, emitted / SAMPLE_RATE)
-                    silence = np.zeros(round(gap * SAMPLE_RATE), np.float32)
-                    emitted += len(silence)
+                    n = round(gap * SAMPLE_RATE)
+                    silence = np.zeros((self.info.channels, n) if keep else n, np.float32)
+                    emitted += n
                     yield silence
                     expected += gap
                 expected += frame.samples / frame.sample_rate
                 for chunk in convert(frame):
-                    emitted += len(chunk)
+                    emitted += chunk.shape[-1]
                     yield chunk
         if resampler is not None:
             for chunk in convert(None):
-                emitted += len(chunk)
+                emitted += chunk.shape[-1]
                 yield chunk
         if bad_packets > 1:
             log.warning("'%s': %d undecodable audio packets skipped", name, bad_packets)
@@ -313,13 +330,17 @@ class AudioBlocks(Iterator[np.ndarray]):
         )
 
 
-def decode_blocks(path: StrPath, block_seconds: float = 30.0) -> AudioBlocks:
+def decode_blocks(
+    path: StrPath, block_seconds: float = 30.0, *, keep_channels: bool = False
+) -> AudioBlocks:
     """Stream `path` as 16 kHz mono float32 blocks (values in [-1, 1]) of `block_seconds` each.
 
     Every block has exactly round(block_seconds * 16000) samples except the last, which is
     shorter. The first audio track (that this FFmpeg can decode) is used; FFmpeg's resampler
     converts the rate and downmixes with coefficients summing to 1 (stereo: (L + R) / 2; 5.1
     weights the centre, where dialogue is, most), and is flushed at the end so no tail is lost.
+    With `keep_channels` nothing is downmixed: each block is a `[channels, samples]` array in
+    the track's channel order (`info.channels` rows; e.g. left, right).
 
     The file is opened and checked now: `MediaNotFoundError`, `EmptyMediaError` (0 bytes),
     `UnsupportedMediaError` and `NoAudioStreamError` are raised by this call. A file whose audio
@@ -331,7 +352,7 @@ def decode_blocks(path: StrPath, block_seconds: float = 30.0) -> AudioBlocks:
     time is filled with silence (from the timestamps, so later text keeps its true time); if the
     container cannot be read any further, iteration stops early. Both are logged as warnings.
     """
-    return AudioBlocks(path, block_seconds)
+    return AudioBlocks(path, block_seconds, keep_channels)
 
 
 def decode_audio(path: StrPath) -> np.ndarray:

@@ -88,10 +88,9 @@ class LiveSpeakerLabeller:
                     self._audio[track].append(samples)
                 if len(self.tracks) > 1:
                     data = np.concatenate([self._tail[track], samples])
-                    n = data.shape[0] // ENERGY_FRAME
-                    frames = data[: n * ENERGY_FRAME].reshape(n, ENERGY_FRAME)
-                    self._energy[track].append(np.mean(frames.astype(np.float64) ** 2, axis=1))
-                    self._tail[track] = data[n * ENERGY_FRAME :]
+                    energy = frame_energy(data)
+                    self._energy[track].append(energy)
+                    self._tail[track] = data[energy.shape[0] * ENERGY_FRAME :]
 
     def label(self, words: list[Word]) -> None:
         """Set ``speaker`` on newly committed words (called by the transcriber thread)."""
@@ -127,9 +126,7 @@ class LiveSpeakerLabeller:
                 self._energy[t] = [energy[t]]
         out = []
         for w in words:
-            lo = int(w.start * SAMPLE_RATE) // ENERGY_FRAME
-            hi = max(lo + 1, int(np.ceil(w.end * SAMPLE_RATE / ENERGY_FRAME)))
-            loudness = {t: float(np.sum(energy[t][lo:hi])) for t in self.tracks}
+            loudness = {t: span_energy(energy[t], w.start, w.end) for t in self.tracks}
             out.append(max(loudness, key=loudness.__getitem__))
         return out
 
@@ -168,6 +165,23 @@ class LiveSpeakerLabeller:
         if index >= len(self.clusterer):  # too short to start a new speaker: nearest known
             index = int(np.argmax(self.clusterer.similarities(embedding)))
         return f"S{index + 1}"
+
+
+def frame_energy(samples: np.ndarray) -> np.ndarray:
+    """Mean square of each whole 20 ms frame of 16 kHz ``samples`` (a partial last frame is
+    left out: callers carry it over to the next call)."""
+    n = samples.shape[0] // ENERGY_FRAME
+    frames = samples[: n * ENERGY_FRAME].reshape(n, ENERGY_FRAME)
+    return np.mean(frames.astype(np.float64) ** 2, axis=1)
+
+
+def span_energy(energy: np.ndarray, start: float, end: float) -> float:
+    """How loud a track was from ``start`` to ``end`` seconds: the sum of its frame energies
+    over that span (at least one frame). Comparing it across tracks says which one a word
+    was spoken into, the others hearing it only as crosstalk."""
+    lo = int(start * SAMPLE_RATE) // ENERGY_FRAME
+    hi = max(lo + 1, int(np.ceil(end * SAMPLE_RATE / ENERGY_FRAME)))
+    return float(np.sum(energy[lo:hi]))
 
 
 def ends_sentence(word: Word) -> bool:
