@@ -80,7 +80,9 @@ CATALOG: tuple[CatalogEntry, ...] = (
         290,
         True,
         74,
-        "fast everywhere, live captions on any CPU",
+        # bench/live_latency.py, 2 cores: base fell up to 4.2 s behind live speech (committed
+        # text 4.3 s after the word, median); tiny.en kept up (under 1 s behind).
+        "fast files everywhere; live on 2 CPU cores it falls up to ~4 s behind (tiny.en keeps up)",
         "any computer",
     ),
     CatalogEntry(
@@ -110,7 +112,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         151,
         False,
         39,
-        "quick English drafts, slow computers",
+        "quick English drafts, slow computers, live captions on 2 CPU cores",
         "any computer",
     ),
     CatalogEntry(

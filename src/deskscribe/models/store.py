@@ -98,8 +98,40 @@ def list_models(root: Path | None = None) -> list[InstalledModel]:
     return found
 
 
-def resolve_model(name_or_path: str | None, root: Path | None = None) -> Path:
-    """A model folder from a store name, a path, or (None) the only/newest installed model."""
+# The variant a model name without one stands for, best first: int8 is the fast CPU variant,
+# fp16 the GPU one (fp16 on a CPU is slow), fp32 runs well on both.
+VARIANT_PREFERENCE = {"cpu": ("int8", "fp32", "fp16"), "gpu": ("fp16", "fp32", "int8")}
+GPU_DEVICES = ("cuda", "directml", "coreml", "gpu")
+
+
+def runs_on_gpu(device: str | None) -> bool:
+    """Whether a model opened with ``device`` (auto, cpu, cuda, …) will try a GPU first."""
+    if device in (None, "", "auto"):
+        from ..whisper.runtime import CPU, PROVIDER_ORDER, available_providers
+
+        return any(p in PROVIDER_ORDER and p != CPU for p in available_providers())
+    return device in GPU_DEVICES
+
+
+def installed_variant(
+    name: str, root: Path | None = None, device: str | None = "auto"
+) -> Path | None:
+    """The installed ``NAME-<variant>`` (``tiny.en`` → ``tiny.en-int8``) that suits
+    ``device`` best (see ``VARIANT_PREFERENCE``), or None when no variant is installed."""
+    by_variant = {m.variant: m.path for m in list_models(root) if m.name == f"{name}-{m.variant}"}
+    if not by_variant:
+        return None
+    order = VARIANT_PREFERENCE["gpu" if runs_on_gpu(device) else "cpu"]
+    return next((by_variant[v] for v in order if v in by_variant), None)
+
+
+def resolve_model(
+    name_or_path: str | None, root: Path | None = None, device: str | None = "auto"
+) -> Path:
+    """A model folder from a store name, a path, or (None) the only/newest installed model.
+
+    A name without its variant (``tiny.en``) finds the installed ``tiny.en-int8`` /
+    ``-fp16`` / ``-fp32``, the one best for ``device`` when several are installed."""
     if name_or_path:
         in_store = (root or store_dir()) / name_or_path
         if (in_store / MANIFEST).is_file():
@@ -107,6 +139,9 @@ def resolve_model(name_or_path: str | None, root: Path | None = None) -> Path:
         candidate = Path(name_or_path).expanduser()
         if (candidate / MANIFEST).is_file():
             return candidate.resolve()
+        variant = installed_variant(name_or_path, root, device)
+        if variant is not None:
+            return variant
         installed = ", ".join(m.name for m in list_models(root)) or "none"
         raise ModelNotInstalledError(
             f"model {name_or_path!r} is not installed (installed: {installed}); "
