@@ -204,4 +204,56 @@ def machine_line(threads: int) -> str:
         pass
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     load_s = f", load avg {load[0]:.2f}" if load else ""
-    return f"{cpu}, {os.cpu_count()} logical CPUs, {threads} threads{load_s}"
+    return f"{cpu}, {os.cpu_count()} logical CPUs, {threads} threads{load_s}; {cpu_flags()}"
+
+
+INT8_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def cpu_flags() -> str:
+    """The instruction sets ONNX Runtime picks its int8 kernels by: without a VNNI flag, int8
+    products are summed in pairs into saturating 16-bit integers."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU flags: unknown (no /proc/cpuinfo)"
+    flags: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.split(":", 1)[1].split())
+            break
+    have = [f for f in INT8_FLAGS if f in flags]
+    vnni = any("vnni" in f for f in have)
+    return f"CPU flags: {' '.join(have) or 'none of ' + ', '.join(INT8_FLAGS)} ({'VNNI' if vnni else 'no VNNI'})"
+
+
+def call_recording(eval_dir: Path) -> tuple[Path, str, float]:
+    """The real phone call (two-speakers.wav) and its reference words (two-speakers.stm)."""
+    wav = eval_dir / "two-speakers.wav"
+    words = []
+    for line in (eval_dir / "two-speakers.stm").read_text(encoding="utf-8").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and not line.startswith(";;"):
+            words.append(parts[5])
+    import wave
+
+    with wave.open(str(wav)) as w:
+        duration = w.getnframes() / w.getframerate()
+    return wav, " ".join(words), duration
+
+
+def contractions(text: str) -> list[str]:
+    """The words with an apostrophe inside ("didn't", "I'm"), normalised, in order."""
+    import re
+
+    return [
+        w.lower().replace("\u2019", "'") for w in re.findall(r"[A-Za-z]+['\u2019][A-Za-z]+", text)
+    ]
+
+
+def contractions_kept(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(reference contractions the hypothesis writes as one word, reference contractions)."""
+    from collections import Counter
+
+    ref, hyp = Counter(contractions(reference)), Counter(contractions(hypothesis))
+    return sum(min(n, hyp[w]) for w, n in ref.items()), sum(ref.values())

@@ -15,6 +15,7 @@ runs in its own child process so that its peak RSS is its own.
 
     python bench/file_speed.py [--models tiny.en,base] [--precisions fp32,int8]
                                [--engines ...] [--threads N] [--minutes 10] [--repeat 2]
+    python bench/file_speed.py --recording call [--precisions fp32,int8,int8-8bit]  # real call
     python bench/file_speed.py --memory [--minutes 10]      # peak RSS: 1 minute vs --minutes
 
 Prints a markdown table (load time, transcription wall time, real-time factor, peak RSS,
@@ -42,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     DEFAULT_CACHE,
     built_model,
+    call_recording,
+    contractions_kept,
     cpu_seconds,
     ct2_checkpoint,
     emit,
@@ -56,8 +59,14 @@ from common import (
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
 ENGINES = ("faster-whisper", "faster-whisper-batched", "ours", "ours-batched")
 BATCH = 8  # chunks per batch for both batched engines (faster-whisper's default)
-OURS_ONLY = {"int8enc"}  # precisions only we have
-FW_COMPUTE = {"fp32": "float32", "int8": "int8", "fp16": "float16", "int8enc": None}
+OURS_ONLY = {"int8enc", "int8-8bit"}  # precisions only we have
+FW_COMPUTE = {
+    "fp32": "float32",
+    "int8": "int8",
+    "fp16": "float16",
+    "int8enc": None,
+    "int8-8bit": None,  # our int8 before graph version 6: 8-bit weights (saturate without VNNI)
+}
 SAMPLE_RATE = 16000
 
 # Plain words only: no digits, abbreviations or spellings that differ between US and UK
@@ -306,6 +315,8 @@ def prepare_models(model: str, precision: str, cache: Path) -> dict[str, str]:
     folders = {"faster-whisper": str(ct2), "faster-whisper-batched": str(ct2)}
     if precision == "int8enc":
         ours = hybrid_model(model, cache)
+    elif precision == "int8-8bit":
+        ours = eight_bit_model(ct2, model, cache)
     else:
         ours, seconds = built_model(
             ct2, cache / "models" / f"{model}-{precision}", precision, f"{model}-{precision}"
@@ -314,6 +325,22 @@ def prepare_models(model: str, precision: str, cache: Path) -> dict[str, str]:
             print(f"built {ours.name} in {seconds:.1f} s", flush=True)
     folders["ours"] = folders["ours-batched"] = str(ours)
     return folders
+
+
+def eight_bit_model(ct2: Path, model: str, cache: Path) -> Path:
+    """Our int8 as it was built before graph version 6 (weights in -127..127), to compare."""
+    from deskscribe.whisper import graph
+
+    saved = graph.INT8_WEIGHT_LEVELS
+    graph.INT8_WEIGHT_LEVELS = 127
+    try:
+        dest = cache / "models" / f"{model}-int8-8bit"
+        ours, seconds = built_model(ct2, dest, "int8", f"{model}-int8-8bit")
+    finally:
+        graph.INT8_WEIGHT_LEVELS = saved
+    if seconds is not None:
+        print(f"built {ours.name} (8-bit weights) in {seconds:.1f} s", flush=True)
+    return ours
 
 
 def hybrid_model(model: str, cache: Path) -> Path:
@@ -355,6 +382,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument(
+        "--recording",
+        choices=["synthetic", "call"],
+        default="synthetic",
+        help="synthetic: JFK + espeak-ng sentences (--minutes); call: the real phone call in "
+        "shared/eval (two-speakers.wav, WER against its .stm, contractions counted)",
+    )
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--repeat", type=int, default=2, help="runs per engine; the fastest counts")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per engine run")
@@ -383,11 +417,14 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"unknown engine {e!r}; use one of {', '.join(ENGINES)}")
     for q in precisions:
         if q not in FW_COMPUTE:
-            raise SystemExit(f"unknown precision {q!r}; use fp32, int8, int8enc or fp16")
+            raise SystemExit(f"unknown precision {q!r}; use one of {', '.join(FW_COMPUTE)}")
     cache = args.cache.resolve()
     if args.memory:
         return memory_main(args, models, precisions, cache)
-    audio, reference, duration = make_recording(cache, args.minutes)
+    if args.recording == "call":
+        audio, reference, duration = call_recording(EVAL)
+    else:
+        audio, reference, duration = make_recording(cache, args.minutes)
     print(f"audio: {audio} ({duration / 60:.1f} min, {len(reference.split())} words)")
     print(f"machine: {machine_line(args.threads)}", flush=True)
 
@@ -508,6 +545,7 @@ def best_of(
         precision=precision,
         engine=engine,
         wer=wer(reference, best["text"]),
+        contractions=contractions_kept(reference, best["text"]),
         rtf=best["transcribe_s"] / duration,
         peak_rss_mb=max(r["peak_rss_mb"] for r in good),
         all_transcribe_s=[r["transcribe_s"] for r in good],
@@ -549,13 +587,14 @@ def render(results: list[dict]) -> str:
         "RTF",
         "peak RSS MiB",
         "WER %",
+        "contractions",
         "time / fw best",
         "speed-up vs ours seq",
     ]
     rows = []
     for r in results:
         if "error" in r:
-            rows.append([r["model"], r["precision"], r["engine"], "failed", *[""] * 7])
+            rows.append([r["model"], r["precision"], r["engine"], "failed", *[""] * 8])
             continue
         best = _fw_best(results, r["model"])
         seq = _ours_seq(results, r) if r["engine"] == "ours-batched" else None
@@ -570,6 +609,7 @@ def render(results: list[dict]) -> str:
                 _fmt(r["rtf"], ".3f"),
                 _fmt(r["peak_rss_mb"], ".0f"),
                 _fmt(100 * r["wer"], ".1f"),
+                "{}/{}".format(*r["contractions"]),
                 f"{r['transcribe_s'] / best['transcribe_s']:.2f}x" if best else "",
                 f"{seq['transcribe_s'] / r['transcribe_s']:.2f}x" if seq else "",
             ]

@@ -221,13 +221,14 @@ def test_markdown() -> None:
 def test_csv_reads_back_exactly() -> None:
     t = _transcript()
     rows = list(csv.reader(io.StringIO(str(render(t, "csv")), newline="")))
-    assert rows[0] == ["start", "end", "speaker", "text"]
+    assert rows[0] == ["start", "end", "speaker", "text", "language"]
     assert rows[1:] == [
         [
             f"{_ms(s.start) / 1000:.3f}",
             f"{_ms(s.end) / 1000:.3f}",
             t.speaker_name(s.speaker) if s.speaker else "",
             s.text.strip(),
+            s.language or t.language or "",
         ]
         for s in t.segments
     ]

@@ -35,7 +35,14 @@ def _parser() -> argparse.ArgumentParser:
         "--model",
         help="model name in the store, or a built model folder (default: newest installed)",
     )
-    t.add_argument("--language", help="language code, e.g. en, de (default: detect)")
+    t.add_argument(
+        "--language", help="language code, e.g. en, de (default: detected for each part)"
+    )
+    t.add_argument(
+        "--languages",
+        metavar="CODES",
+        help="detect only these languages, e.g. en,de (a file that switches between them)",
+    )
     t.add_argument("--task", choices=["transcribe", "translate"], default="transcribe")
     t.add_argument(
         "--format",
@@ -53,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         "--word-timestamps", action="store_true", help="time every word (JSON keeps them)"
     )
     t.add_argument("--initial-prompt", help="text that primes vocabulary and style")
+    t.add_argument(
+        "--vocabulary",
+        metavar="WORDS",
+        help='names and jargon to spell as written, comma-separated: "ComfyUI, Kubernetes, '
+        'Dr. Okafor" (in the prompt of every window, with --initial-prompt)',
+    )
     t.add_argument(
         "--batched",
         action=argparse.BooleanOptionalAction,
@@ -80,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
         "--speaker-model",
         metavar="NAME|FOLDER",
         help="speaker model for --speakers (default: WeSpeaker if installed, else Resemblyzer)",
+    )
+    t.add_argument(
+        "--channels",
+        choices=["mix", "split"],
+        default="mix",
+        help="mix (default): one mix of all channels; split: transcribe each channel on its own "
+        "and label its words by channel (Left, Right, …), for calls recorded with one party "
+        "per channel",
     )
 
     c = sub.add_parser("config", help="show or change settings")
@@ -195,7 +216,7 @@ def _err(message: str) -> None:
 
 def _models(args: argparse.Namespace) -> int:
     from .models.build import build_model
-    from .models.starter import StarterNotAvailableError
+    from .models.starter import StarterChecksumError, StarterNotAvailableError
     from .models.store import (
         ModelNotInstalledError,
         import_model,
@@ -301,6 +322,7 @@ def _models(args: argparse.Namespace) -> int:
         FileExistsError,
         ValueError,
         StarterNotAvailableError,
+        StarterChecksumError,
         TokenizerError,
     ) as err:
         _err(str(err))
@@ -394,9 +416,16 @@ def _transcribe(args: argparse.Namespace) -> int:
     from .models.store import ModelNotInstalledError, resolve_model
     from .transcript.export import FORMATS, ExportExistsError, export
     from .whisper.decoding import DecodingError
+    from .whisper.languages import parse_languages
     from .whisper.model import RUN_ERRORS, ModelNotBuiltError, WhisperModel
+    from .whisper.prompt import plan_prompt
     from .whisper.runtime import DeviceError
-    from .whisper.transcribe import TranscribeOptions, batching_fits, transcribe_file
+    from .whisper.transcribe import (
+        TranscribeOptions,
+        batching_fits,
+        check_languages,
+        transcribe_file,
+    )
 
     formats = list(dict.fromkeys(f.strip().lower() for f in args.format.split(",") if f.strip()))
     unknown = [f for f in formats if f not in FORMATS]
@@ -404,28 +433,43 @@ def _transcribe(args: argparse.Namespace) -> int:
         _err(f"unknown format {', '.join(unknown)}; use any of: {','.join(FORMATS)}")
         return EXIT_USAGE
     speakers = None
+    if args.channels == "split" and (args.speakers is not None or args.speaker_model is not None):
+        _err("--channels split labels speakers by channel; leave out --speakers/--speaker-model")
+        return EXIT_USAGE
     if args.speakers is not None or args.speaker_model is not None:
         speakers = _speaker_setup(args)
         if speakers is None:
             return EXIT_USAGE
     try:
-        model = WhisperModel(resolve_model(args.model), device=args.device, threads=args.threads)
+        folder = resolve_model(args.model, device=args.device)
+        model = WhisperModel(folder, device=args.device, threads=args.threads)
     except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
         _err(str(err))
         return EXIT_USAGE
     notes_shown = len(model.runtime.notes)
     for note in model.runtime.notes:
         _err(note)
+    try:
+        languages = parse_languages(args.languages)
+        check_languages(model.tokenizer, languages)
+    except (ValueError, DecodingError) as err:
+        _err(str(err))
+        return EXIT_USAGE
     options = TranscribeOptions(
         language=args.language,
+        languages=languages,
         task=args.task,
         beam_size=args.beam_size if args.beam_size > 1 else None,
         word_timestamps=args.word_timestamps,
         initial_prompt=args.initial_prompt,
+        vocabulary=args.vocabulary,
         condition_on_previous_text=True if args.condition_on_previous_text else None,
         batched=args.batched,
         batch_size=max(0, args.batch_size),
     )
+    vocabulary = plan_prompt(model.tokenizer, model.dims.n_text_ctx, args.vocabulary)
+    if vocabulary.note:
+        _err(vocabulary.note)
     unfit = batching_fits(options) if options.batched else None
     if not args.quiet:
         path_used = "batched" if options.batched and unfit is None else "sequential"
@@ -455,6 +499,7 @@ def _transcribe(args: argparse.Namespace) -> int:
             failed += 1
             continue
         cancel = threading.Event()
+        notes: list[str] = []
         try:
             with tqdm(
                 total=1.0,
@@ -470,7 +515,13 @@ def _transcribe(args: argparse.Namespace) -> int:
                         bar.total = total
                     bar.update(done - bar.n)
 
-                if speakers is None:
+                if args.channels == "split":
+                    from .speakers.channels import transcribe_channels
+
+                    transcript = transcribe_channels(
+                        model, path, options, progress=progress, cancel=cancel, notes=notes
+                    )
+                elif speakers is None:
                     transcript = transcribe_file(
                         model, path, options, progress=progress, cancel=cancel
                     )
@@ -478,6 +529,8 @@ def _transcribe(args: argparse.Namespace) -> int:
                     transcript = _transcribe_speakers(
                         model, path, options, speakers, progress, cancel, bar
                     )
+            for note in notes:
+                _err(note)
             out_dir.mkdir(parents=True, exist_ok=True)
             for fmt, target in zip(formats, targets, strict=True):
                 export(

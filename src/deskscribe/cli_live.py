@@ -1,8 +1,8 @@
 """``deskscribe live`` and ``deskscribe sessions``: live transcription from the terminal.
 
 ``live`` prints each committed line as it is finished (and, on a terminal, the words still being
-decided, dimmed, on the line below). Ctrl-C stops cleanly: the last words are committed and
-the session folder holds the audio of every track and the transcript. ``sessions`` lists past
+decided, dimmed, on the line below). Ctrl-C, SIGTERM and SIGHUP stop cleanly: the last words
+are committed and the session folder holds the audio of every track and the transcript. ``sessions`` lists past
 sessions and recovers one that was interrupted (crash, power cut, kill -9).
 """
 
@@ -34,7 +34,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     lv.add_argument("--system", help="system-audio source for --source both")
     lv.add_argument("--list-devices", action="store_true", help="list input devices and exit")
     lv.add_argument("--model", help="model name in the store or a model folder")
-    lv.add_argument("--language", help="language code (default: detect on the first sentence)")
+    lv.add_argument("--language", help="language code (default: detected for each utterance)")
+    lv.add_argument("--languages", metavar="CODES", help="detect only these, e.g. en,de")
+    lv.add_argument(
+        "--vocabulary",
+        metavar="WORDS",
+        help='names and jargon to spell as written, comma-separated: "ComfyUI, Kubernetes"',
+    )
     lv.add_argument(
         "--compute",
         choices=["auto", "cpu", "cuda", "directml", "coreml"],
@@ -125,9 +131,12 @@ def live(args: argparse.Namespace) -> int:
     from .audio.sessions import find_interrupted
     from .live import LiveOptions, LiveSession
     from .models.store import ModelNotInstalledError, resolve_model
+    from .whisper.decoding import DecodingError
+    from .whisper.languages import parse_languages
     from .whisper.model import ModelNotBuiltError, WhisperModel
     from .whisper.runtime import DeviceError
     from .whisper.streaming import StreamingOptions
+    from .whisper.transcribe import check_languages
 
     try:
         if args.list_devices:
@@ -146,8 +155,15 @@ def live(args: argparse.Namespace) -> int:
         _err(str(err))
         return EXIT_USAGE
     try:
-        model = WhisperModel(resolve_model(args.model), device=args.compute, threads=args.threads)
+        folder = resolve_model(args.model, device=args.compute)
+        model = WhisperModel(folder, device=args.compute, threads=args.threads)
     except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
+        _err(str(err))
+        return EXIT_USAGE
+    try:
+        languages = parse_languages(args.languages)
+        check_languages(model.tokenizer, languages)
+    except (ValueError, DecodingError) as err:
         _err(str(err))
         return EXIT_USAGE
     for info in find_interrupted():
@@ -162,23 +178,49 @@ def live(args: argparse.Namespace) -> int:
         source=source,
         mic=mic,
         system=system,
-        streaming=StreamingOptions(language=args.language),
+        streaming=StreamingOptions(
+            language=args.language, languages=languages, vocabulary=args.vocabulary
+        ),
         title=args.title,
     )
     session = LiveSession(model, options, speaker_encoder=encoder or None)
+    if session.transcriber.vocabulary_note:
+        _err(session.transcriber.vocabulary_note)
     tty = sys.stdout.isatty()
 
-    def on_sigint(signum: int, frame: object) -> None:
+    def on_stop_signal(signum: int, frame: object) -> None:
         if session.state == "stopping":
             raise KeyboardInterrupt  # a second Ctrl-C: leave now (the audio is on disk)
+        if signum == getattr(signal, "SIGHUP", None):
+            _detach_from_terminal()
         print("\nstopping…", file=sys.stderr)
         session.stop()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    # Ctrl-C, logout (SIGHUP), `kill` and service managers (SIGTERM) all stop the same way:
+    # the last words committed, the session "stopped", exit 0.
+    stop_signals = [signal.SIGINT, signal.SIGTERM]
+    if hasattr(signal, "SIGHUP"):  # not on Windows
+        stop_signals.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_stop_signal) for sig in stop_signals}
     try:
         return _run(session, args, tty)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _detach_from_terminal() -> None:
+    """After a hangup the terminal is gone and writing to it fails: send what is still
+    printed to the null device (output to files and pipes goes on as before)."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream.isatty():
+                with open(os.devnull, "w") as null:
+                    os.dup2(null.fileno(), stream.fileno())
+        except (OSError, ValueError):
+            pass
 
 
 def _run(session, args: argparse.Namespace, tty: bool) -> int:

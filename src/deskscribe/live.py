@@ -39,6 +39,7 @@ from .audio.recorder import RecorderError, SessionRecorder
 from .speakers.encoder import SpeakerEncoder
 from .speakers.online import LiveSpeakerLabeller
 from .transcript import Segment, Transcript, Word
+from .whisper.languages import main_language
 from .whisper.model import WhisperModel
 from .whisper.streaming import OnlineTranscriber, StreamingOptions, StreamUpdate
 
@@ -209,7 +210,8 @@ class LiveSession:
         transcript = Transcript(
             segments=segments,
             speakers=dict(self._speaker_names),
-            language=self.transcriber.language,
+            language=self.transcriber.language
+            or main_language((s.language, s.end - s.start) for s in segments),
             duration=self._recorded / SAMPLE_RATE,
             source=str(self.folder) if self.folder else None,
             model=self.model.name,

@@ -20,11 +20,15 @@ KNOWN = {
     "default_model": "model used by the app when none is chosen (default: the newest installed)",
     "device": "where the app runs models: auto, cpu or gpu (default: auto)",
     "language": "language code spoken in recordings, e.g. en (default: detect)",
+    "languages": "languages the app detects among, each part written in its own, e.g. en,de "
+    "(default: any; a language set above wins)",
     "output_dir": "folder for exported transcripts (default: next to each file)",
     "output_formats": "formats exported automatically, e.g. txt,srt (default: txt)",
     "export_automatically": "export each file's transcript when it is done: true or false",
-    "speakers": "label speakers in files: off, auto, or a number of speakers (default: off)",
+    "speakers": "label speakers in files: off, auto, a number of speakers, or channels "
+    "(one speaker per channel) (default: off)",
     "batched_files": "transcribe files on the faster batched path: true or false (default: true)",
+    "vocabulary": "names and jargon the app spells as written, e.g. ComfyUI, Kubernetes, Dr. Okafor",
     "live_source": "the app's live source: mic, system or both",
     "live_mic_device": "the microphone the app's live window used last",
     "live_system_device": "the system-audio source the app's live window used last",

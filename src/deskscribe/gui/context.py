@@ -109,13 +109,14 @@ class AppContext(QObject):
         from ..whisper.model import WhisperModel
 
         wanted = name or self.get("default_model")
+        runs_on = runtime_device(device or self.get("device", "auto"))
         try:
-            folder = resolve_model(wanted)
+            folder = resolve_model(wanted, device=runs_on)  # "tiny.en": the installed variant
         except ModelNotInstalledError:
             if name or not wanted:
                 raise
             folder = resolve_model(None)  # the default was removed: use what is installed
-        key = (str(folder), runtime_device(device or self.get("device", "auto")))
+        key = (str(folder), runs_on)
         with self._lock:
             if key in self._models:
                 return self._models[key]

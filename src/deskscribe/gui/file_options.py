@@ -28,8 +28,14 @@ from .workers import run_in_worker
 FORMAT_LABELS = {"txt": "Text", "srt": "SRT", "vtt": "WebVTT", "json": "JSON", "md": "Markdown",
                  "csv": "CSV", "docx": "Word"}  # fmt: skip
 NO_SPEAKER_MODEL = (
-    "Speaker labels need a speaker model, and none is installed. Install one on the Models page."
+    "Telling voices apart needs a speaker model, and none is installed. Install one on the "
+    "Models page. By channel needs none."
 )
+SPEAKERS_TIP = (
+    "Label who spoke when: by voice (speaker diarization), or by channel (each channel of a "
+    "call recording transcribed on its own: Left, Right, …)."
+)
+BY_VOICE = ("auto", *map(str, range(2, 9)))  # the choices that need a speaker model
 
 
 def _installed_models() -> list[str]:
@@ -56,7 +62,7 @@ class FileOptions(QGroupBox):
         form.addRow("Model", self.model)
 
         self.language = LanguageCombo()
-        self.language.set_code(ctx.get("language"))
+        self.language.restore(ctx)
         form.addRow("Language", self.language)
 
         self.speakers = QComboBox()
@@ -64,7 +70,9 @@ class FileOptions(QGroupBox):
         self.speakers.addItem("Detect how many", "auto")
         for n in range(2, 9):
             self.speakers.addItem(f"{n} speakers", str(n))
+        self.speakers.addItem("By channel", "channels")
         self.speakers.setCurrentIndex(max(0, self.speakers.findData(ctx.get("speakers", "off"))))
+        self._voices_available = False
         self.speakers.setEnabled(False)
         self.speakers.setToolTip("Checking for a speaker model…")
         form.addRow("Speakers", self.speakers)
@@ -104,7 +112,7 @@ class FileOptions(QGroupBox):
         form.addRow("", self.automatic)
         form.addRow("", self.redo)
 
-        self.language.currentIndexChanged.connect(self._save)
+        self.language.changed.connect(self._save)
         self.speakers.currentIndexChanged.connect(self._save)
         self.automatic.toggled.connect(self._save)
         ctx.models_changed.connect(self.refresh)
@@ -118,8 +126,13 @@ class FileOptions(QGroupBox):
     def language_code(self) -> str | None:
         return self.language.code()
 
+    def languages_choice(self) -> tuple[str, ...]:
+        """The languages detection is limited to ("Detect among several…"); empty: any."""
+        return self.language.codes()
+
     def speakers_choice(self) -> str:
-        return self.speakers.currentData() if self.speakers.isEnabled() else "off"
+        choice = self.speakers.currentData() if self.speakers.isEnabled() else "off"
+        return "off" if choice in BY_VOICE and not self._voices_available else choice
 
     def export_options(self) -> ExportOptions:
         return ExportOptions(
@@ -153,10 +166,14 @@ class FileOptions(QGroupBox):
         self.model.blockSignals(False)
 
     def _speaker_model_checked(self, available: bool) -> None:
-        self.speakers.setEnabled(available)
-        self.speakers.setToolTip(
-            "Label who spoke when (speaker diarization)." if available else NO_SPEAKER_MODEL
-        )
+        # By channel works without a speaker model; the by-voice choices do not.
+        self._voices_available = available
+        items = self.speakers.model()
+        for i in range(self.speakers.count()):
+            if self.speakers.itemData(i) in BY_VOICE:
+                items.item(i).setEnabled(available)
+        self.speakers.setEnabled(True)
+        self.speakers.setToolTip(SPEAKERS_TIP if available else NO_SPEAKER_MODEL)
 
     def _choose_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Save exported transcripts in")
@@ -170,7 +187,7 @@ class FileOptions(QGroupBox):
     def _save(self) -> None:
         formats = ",".join(f for f, box in self.formats.items() if box.isChecked())
         values = {
-            "language": self.language.code(),
+            **self.language.settings_values(),  # language, languages
             "speakers": self.speakers.currentData(),
             "output_formats": formats or None,
             "output_dir": self.folder.text() or None,

@@ -54,10 +54,13 @@ ENGINE_IDLE_MS = 5 * 60 * 1000
 DROP_HINT = "Drop audio or video files or folders anywhere on this window, or click Add files…"
 
 
-def _prepare(ctx, paths: list[Path], choice, language, speakers, redo: bool) -> list[QueueRow]:
+def _prepare(
+    ctx, paths: list[Path], choice, language, speakers, redo: bool, languages=()
+) -> list[QueueRow]:
     """Worker thread: find the files, skip done ones, add the rest to the library, probe them."""
     model = default_model_name(choice, ctx.get("default_model"))
-    queued = queue_files(ctx.library, paths, job_options(model, language, speakers), redo)
+    options = job_options(model, language, speakers, languages)
+    queued = queue_files(ctx.library, paths, options, redo)
     return [QueueRow(q.item_id, q.path, q.status, q.duration, error=q.error,
                      progress=1.0 if q.status == "skipped" else 0.0) for q in queued]  # fmt: skip
 
@@ -165,7 +168,7 @@ class FilesPanel(QWidget):
         run_in_worker(
             functools.partial(_prepare, self.ctx, paths),
             o.model_choice(), o.language_code(), o.speakers_choice(), o.redo.isChecked(),
-            on_done=self._added, on_error=self._add_failed, name="add-files",
+            o.languages_choice(), on_done=self._added, on_error=self._add_failed, name="add-files",
         )  # fmt: skip
 
     def resume_jobs(self, items: Iterable[Item]) -> None:

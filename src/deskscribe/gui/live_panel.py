@@ -186,7 +186,11 @@ class LivePanel(QWidget):
             source=p.source_key(),
             mic=p.device("mic"),
             system=p.device("system"),
-            streaming=StreamingOptions(language=p.language.code()),
+            streaming=StreamingOptions(
+                language=p.language.code(),
+                languages=p.language.codes(),  # "Detect among several…"
+                vocabulary=self.ctx.get("vocabulary") or None,
+            ),
         )
 
     def start(self) -> None:
@@ -200,7 +204,11 @@ class LivePanel(QWidget):
         self.engine.setText("Loading the model…")
 
         def load(cancel) -> LiveSession | None:
+            from ..whisper.transcribe import check_languages
+
             model = self.ctx.model()
+            # An English-only model cannot tell the chosen languages apart: say so now.
+            check_languages(model.tokenizer, options.streaming.languages)
             # Voices get labels as they speak when a speaker model is installed.
             encoder = self.ctx.speaker_encoder()
             if cancel.is_set():
@@ -241,6 +249,7 @@ class LivePanel(QWidget):
 
     def _load_failed(self, exc: BaseException) -> None:
         from ..models.store import ModelNotInstalledError
+        from ..whisper.decoding import DecodingError
 
         self._loading = None
         self._set_state("idle")
@@ -253,6 +262,8 @@ class LivePanel(QWidget):
                 "Get a model…",
                 self.wants_models.emit,
             )
+        elif isinstance(exc, DecodingError):  # the languages chosen and the model disagree
+            self.banner.show_message(f"Cannot start: {exc}.", "error")
         else:
             self.banner.show_message(f"The model could not be loaded: {exc}", "error")
 

@@ -1,4 +1,4 @@
-"""Settings: default model, device, language, where and how transcripts are exported.
+"""Settings: default model, device, language, vocabulary, where and how transcripts are exported.
 
 Values live in the same settings file as ``deskscribe config`` uses; they are written on a
 worker thread when the user presses Save.
@@ -36,6 +36,18 @@ def _choices():
     return [m.name for m in list_models()], any(p != CPU for p in available_providers())
 
 
+def _vocabulary_checker(default_model: str | None):
+    """A function that fits a vocabulary to the default model's prompt (worker thread)."""
+    from ..models.store import ModelNotInstalledError, resolve_model
+    from ..whisper.prompt import vocabulary_checker
+
+    try:
+        folder = resolve_model(default_model)
+    except ModelNotInstalledError:
+        folder = resolve_model(None)  # the default was removed: the model that will be used
+    return vocabulary_checker(folder)
+
+
 class SettingsDialog(QDialog):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -58,14 +70,26 @@ class SettingsDialog(QDialog):
         self.device.setToolTip("Automatic uses the GPU when ONNX Runtime has one, else the CPU")
         form.addRow("Run models on", self.device)
         self.language = LanguageCombo()
-        self.language.set_code(ctx.get("language"))
+        self.language.restore(ctx)
         form.addRow("Language", self.language)
+        self.vocabulary = QLineEdit(ctx.get("vocabulary") or "")
+        self.vocabulary.setPlaceholderText("e.g. ComfyUI, Kubernetes, Dr. Okafor")
+        self.vocabulary.setToolTip(
+            "Names and jargon to spell as written, separated by commas; given to the model "
+            "with every file and every live pass"
+        )
+        self.vocabulary_status = muted()
+        self._plan_vocabulary = None  # set once the model's tokenizer is loaded (worker)
+        self.vocabulary.textChanged.connect(self._show_vocabulary_fit)
+        form.addRow("Vocabulary", self.vocabulary)
+        form.addRow("", self.vocabulary_status)
 
         self.speakers = QComboBox()
         self.speakers.addItem("Don't label speakers", "off")
         self.speakers.addItem("Detect how many", "auto")
         for n in range(2, 9):
             self.speakers.addItem(f"{n} speakers", str(n))
+        self.speakers.addItem("By channel", "channels")
         self.speakers.setCurrentIndex(
             max(0, self.speakers.findData(str(ctx.get("speakers", "off"))))
         )
@@ -102,6 +126,12 @@ class SettingsDialog(QDialog):
         self.save_btn = buttons.button(QDialogButtonBox.StandardButton.Save)
         lay.addWidget(buttons)
         run_in_worker(_choices, on_done=self._filled, on_error=lambda e: None)
+        run_in_worker(
+            _vocabulary_checker,
+            ctx.get("default_model"),
+            on_done=self._checker_ready,
+            on_error=lambda e: None,  # no model installed: nothing to check against yet
+        )
 
     def _filled(self, found) -> None:
         names, has_gpu = found
@@ -119,6 +149,22 @@ class SettingsDialog(QDialog):
                 "No GPU provider in this ONNX Runtime (install deskscribe[cuda] or [directml])"
             )
 
+    def _checker_ready(self, plan_vocabulary) -> None:
+        self._plan_vocabulary = plan_vocabulary
+        self._show_vocabulary_fit()
+
+    def _show_vocabulary_fit(self) -> None:
+        """Say, as the user types, which words do not fit Whisper's prompt."""
+        if self._plan_vocabulary is None:
+            return
+        plan = self._plan_vocabulary(self.vocabulary.text())
+        if plan.dropped:
+            self.vocabulary_status.setText(f"Too long: {plan.note}")
+        elif plan.kept:
+            self.vocabulary_status.setText(f"{len(plan.kept)} words and names, all used")
+        else:
+            self.vocabulary_status.setText("")
+
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Save exported transcripts in",
                                                   self.output_dir.text())  # fmt: skip
@@ -130,7 +176,8 @@ class SettingsDialog(QDialog):
         return {
             "default_model": self.model.currentData(),
             "device": self.device.currentData(),
-            "language": self.language.code(),
+            **self.language.settings_values(),  # language, languages
+            "vocabulary": self.vocabulary.text().strip() or None,
             "speakers": self.speakers.currentData(),
             "output_dir": self.output_dir.text().strip() or None,
             "output_formats": formats or None,

@@ -78,7 +78,7 @@ class SourcePicker(QWidget):
             "Meeting: both, kept as separate tracks; words are labelled You / Others."
         )
         self.language = LanguageCombo()
-        self.language.set_code(ctx.get("language"))
+        self.language.restore(ctx)
         self.refresh = QToolButton()
         self.refresh.setText("↻")
         self.refresh.setToolTip("Look for devices again (plugged in or removed)")

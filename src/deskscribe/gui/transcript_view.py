@@ -181,7 +181,10 @@ class TranscriptView(QWidget):
         parts = [self.item.source_name]
         if t.duration:
             parts.append(clock(t.duration))
-        if t.language:
+        spoken = _languages_spoken(t)
+        if len(spoken) > 1:  # "en, de": a recording that changes language
+            parts.append(", ".join(spoken))
+        elif t.language:
             parts.append(t.language)
         if t.model:
             parts.append(t.model)
@@ -423,6 +426,15 @@ class TranscriptView(QWidget):
     def _exported(self, path: Path) -> None:
         self.ctx.status_message.emit(f"Exported {path}")
         self.exported.emit(path)
+
+
+def _languages_spoken(t: Transcript) -> list[str]:
+    """The segments' languages, the most spoken first ("en", "de")."""
+    seconds: dict[str, float] = {}
+    for s in t.segments:
+        if s.language:
+            seconds[s.language] = seconds.get(s.language, 0.0) + max(0.0, s.end - s.start)
+    return sorted(seconds, key=lambda code: -seconds[code])
 
 
 def _remember(ctx, transcript: Transcript, speaker_id: str, name: str):

@@ -1,19 +1,26 @@
-"""Small reusable widgets: level meter, message banner, language picker, speaker colours."""
+"""Small reusable widgets: level meter, message banner, language picker (one language, or
+several to detect among), speaker colours."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QPushButton,
     QSizePolicy,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -188,24 +195,216 @@ class Banner(QFrame):
             self._callback()
 
 
+SEVERAL = "__several__"  # the item that opens the list of languages to detect among
+CHOSEN_SET = "__set__"  # the item that stands for the set chosen there
+
+
+def languages_label(codes: Iterable[str], limit: int = 3) -> str:
+    """ "English, German"; past ``limit`` names, "English, German, French +2"."""
+    names = [LANGUAGES.get(c, c) for c in codes]
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (f" +{more}" if more > 0 else "")
+
+
+class LanguagesDialog(QDialog):
+    """A checkable list of Whisper's languages: those a recording may switch between."""
+
+    def __init__(self, chosen: Iterable[str] = (), parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Detect among several languages")
+        self._order = [c for c in dict.fromkeys(chosen) if c in LANGUAGES]  # in checking order
+        lay = QVBoxLayout(self)
+        lay.addWidget(
+            muted(
+                "Each part of a recording is written in the language spoken in it, chosen "
+                "among the ones ticked here. Nothing is translated."
+            )
+        )
+        self.filter = QLineEdit()
+        self.filter.setPlaceholderText("Find a language")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.textChanged.connect(self._filter)
+        lay.addWidget(self.filter)
+        self.list = QListWidget()
+        self.list.setAccessibleName("Languages")
+        for code, name in sorted(LANGUAGES.items(), key=lambda kv: kv[1]):
+            item = QListWidgetItem(f"{name} ({code})")
+            item.setData(Qt.ItemDataRole.UserRole, code)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            checked = code in self._order
+            item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+            self.list.addItem(item)
+        self.list.itemChanged.connect(self._toggled)
+        lay.addWidget(self.list, 1)
+        self.summary = muted()
+        lay.addWidget(self.summary)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        lay.addWidget(buttons)
+        self.resize(360, 460)
+        self._update()
+
+    def codes(self) -> tuple[str, ...]:
+        return tuple(self._order)
+
+    def item(self, code: str) -> QListWidgetItem:
+        for i in range(self.list.count()):
+            if self.list.item(i).data(Qt.ItemDataRole.UserRole) == code:
+                return self.list.item(i)
+        raise KeyError(code)
+
+    def _toggled(self, item: QListWidgetItem) -> None:
+        code = item.data(Qt.ItemDataRole.UserRole)
+        if item.checkState() == Qt.CheckState.Checked:
+            if code not in self._order:
+                self._order.append(code)
+        elif code in self._order:
+            self._order.remove(code)
+        self._update()
+
+    def _filter(self, text: str) -> None:
+        text = text.strip().lower()
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            item.setHidden(bool(text) and text not in item.text().lower())
+
+    def _update(self) -> None:
+        n = len(self._order)
+        self.ok_button.setEnabled(n > 0)
+        if n == 0:
+            self.summary.setText("Tick the languages spoken in your recordings.")
+        elif n == 1:
+            self.summary.setText(
+                f"Only {languages_label(self._order)}: that language is used "
+                "for everything, nothing is detected."
+            )
+        else:
+            self.summary.setText(f"Detect among: {languages_label(self._order, limit=8)}")
+
+
 class LanguageCombo(QComboBox):
-    """'Detect automatically' plus Whisper's languages; `code()` is None for detection."""
+    """'Detect automatically', 'Detect among several…' (a checkable list in a dialog) and
+    Whisper's languages. `code()` is the one language forced (None: detection); `codes()` the
+    set detection is limited to (empty: any language). `changed` says either changed."""
+
+    changed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.addItem("Detect automatically", None)
+        self.addItem("Detect among several…", SEVERAL)
+        self.setItemData(
+            1, "Pick the languages a recording may switch between", Qt.ItemDataRole.ToolTipRole
+        )
+        self.insertSeparator(2)
         for code, name in sorted(LANGUAGES.items(), key=lambda kv: kv[1]):
             self.addItem(f"{name} ({code})", code)
-        self.setToolTip("The language spoken. Detection listens to the first sentence.")
+        self.setToolTip(
+            "The language spoken. Detection listens to each part of a recording; "
+            "'Detect among several…' limits it to the languages you pick."
+        )
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.setMinimumContentsLength(14)
+        self._settled: str | None = None  # the data of the choice in force
+        self._codes: tuple[str, ...] = ()  # the set behind the CHOSEN_SET item
+        self.dialog: LanguagesDialog | None = None
+        self.currentIndexChanged.connect(self._index_changed)
+        self.activated.connect(self._activated)
+
+    # --- what the caller asks ---------------------------------------------------------------
 
     def code(self) -> str | None:
-        return self.currentData()
+        return None if self._settled in (None, CHOSEN_SET) else self._settled
+
+    def codes(self) -> tuple[str, ...]:
+        return self._codes if self._settled == CHOSEN_SET else ()
 
     def set_code(self, code: str | None) -> None:
-        i = self.findData(code)
-        self.setCurrentIndex(i if i >= 0 else 0)
+        i = self.findData(code) if code not in (SEVERAL, CHOSEN_SET) else -1
+        self._select(i if i >= 0 else 0)
+
+    def set_codes(self, codes: Iterable[str]) -> None:
+        """Detect among ``codes``; one code forces that language, none means any."""
+        codes = tuple(c for c in dict.fromkeys(codes) if c in LANGUAGES)
+        if len(codes) < 2:
+            self.set_code(codes[0] if codes else None)
+            return
+        before = self._choice()
+        self._codes = codes
+        i = self.findData(CHOSEN_SET)
+        if i < 0:
+            i = 1
+            self.blockSignals(True)
+            self.insertItem(i, "", CHOSEN_SET)
+            self.blockSignals(False)
+        self.setItemText(i, languages_label(codes))
+        self.setItemData(
+            i,
+            f"Detect among: {languages_label(codes, limit=len(codes))}",
+            Qt.ItemDataRole.ToolTipRole,
+        )
+        self._select(i, before)
+
+    def restore(self, ctx) -> None:
+        """The choice saved in the settings: "language" (forced) or "languages" (a set)."""
+        code = ctx.get("language")
+        if code:
+            self.set_code(code)
+        else:
+            self.set_codes(ctx.get_list("languages"))
+
+    def settings_values(self) -> dict[str, object]:
+        """What `restore` reads back: the forced language, or the set as a list."""
+        return {"language": self.code(), "languages": list(self.codes()) or None}
+
+    def choose_several(self) -> LanguagesDialog:
+        """Open the checkable list (window-modal, returns at once); OK applies it."""
+        start = self._codes if self._settled == CHOSEN_SET else ()
+        if not start and self._settled not in (None, CHOSEN_SET):
+            start = (self._settled,)  # a forced language is the first one ticked
+        dialog = LanguagesDialog(start, self)
+        dialog.accepted.connect(lambda: self.set_codes(dialog.codes()))
+        dialog.rejected.connect(self._show_settled)
+        dialog.finished.connect(dialog.deleteLater)
+        self.dialog = dialog
+        dialog.open()
+        return dialog
+
+    # --- inside -------------------------------------------------------------------------------
+
+    def _choice(self) -> tuple[str | None, tuple[str, ...]]:
+        return self.code(), self.codes()
+
+    def _select(self, index: int, before=None) -> None:
+        before = self._choice() if before is None else before
+        self.blockSignals(True)
+        self.setCurrentIndex(index)
+        self.blockSignals(False)
+        self._settle(self.itemData(index), before)
+
+    def _settle(self, data, before) -> None:
+        self._settled = data
+        if self._choice() != before:
+            self.changed.emit()
+
+    def _index_changed(self, index: int) -> None:
+        data = self.itemData(index)
+        if data != SEVERAL:  # "Detect among several…" waits for its dialog
+            self._settle(data, self._choice())
+
+    def _activated(self, index: int) -> None:
+        if self.itemData(index) == SEVERAL:
+            self.choose_several()
+
+    def _show_settled(self) -> None:
+        i = self.findData(self._settled) if self._settled is not None else 0
+        self.blockSignals(True)
+        self.setCurrentIndex(max(0, i))
+        self.blockSignals(False)
 
 
 def heading(text: str, size: float = 1.35) -> QLabel:

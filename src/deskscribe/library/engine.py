@@ -190,7 +190,7 @@ def serve(commands, events) -> None:
         request, cancel = job
 
         def load_model(name: str | None, device: str = request.device) -> WhisperModel:
-            folder = resolve_model(name)
+            folder = resolve_model(name, device=device)
             key = (str(folder), device)
             if key not in models:
                 models.clear()  # one model at a time: they are big

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,9 +134,17 @@ def queue_files(
     return out
 
 
-def job_options(model: str, language: str | None, speakers: str) -> dict[str, Any]:
-    """What makes two transcriptions of a file the same (and so skippable)."""
-    return {"model": model, "language": language or None, "speakers": speakers or "off"}
+def job_options(
+    model: str, language: str | None, speakers: str, languages: Sequence[str] = ()
+) -> dict[str, Any]:
+    """What makes two transcriptions of a file the same (and so skippable). ``speakers``:
+    "off", "auto", a count or range (by voice), or "channels" (one speaker per channel).
+    ``languages``: detection limited to these codes (kept only when no language is forced,
+    and only when given, so jobs from before stay comparable)."""
+    options = {"model": model, "language": language or None, "speakers": speakers or "off"}
+    if languages and not language:
+        options["languages"] = list(languages)
+    return options
 
 
 def unique_path(path: Path) -> Path:
@@ -191,13 +199,14 @@ def run_file_job(
     source = Path(item.source)
     library.update(item_id, status="running", progress=0.0, error=None)
     report = _Reporter(library, item_id, progress)
+    notes: list[str] = []  # e.g. "By channel" on a mono file: shown with the finished item
     try:
         if cancel is not None and cancel.is_set():
             raise TranscriptionCancelled("cancelled before it started")
         library.update(item_id, duration=probe(source).duration)
         model = load_model(item.options.get("model"))
         report.eta.restart()
-        transcript = _transcribe(model, source, item.options, load_encoder, report, cancel)
+        transcript = _transcribe(model, source, item.options, load_encoder, report, cancel, notes)
     except (TranscriptionCancelled, DiarizationCancelled):
         library.update(item_id, status="cancelled", error=None)
         return JobOutcome(item_id, "cancelled")
@@ -215,7 +224,7 @@ def run_file_job(
         return _failed(library, item_id, f"Unexpected error ({type(e).__name__}: {e})")
 
     library.save_transcript(item_id, transcript)
-    outcome = JobOutcome(item_id, "done", transcript=transcript)
+    outcome = JobOutcome(item_id, "done", error=" ".join(notes) or None, transcript=transcript)
     if export_options is not None and export_options.automatic:
         try:
             outcome.exported = export_all(transcript, source, export_options)
@@ -230,7 +239,7 @@ def _failed(library: Library, item_id: int, message: str) -> JobOutcome:
     return JobOutcome(item_id, "failed", error=message)
 
 
-def _transcribe(model, source, options, load_encoder, report, cancel) -> Transcript:
+def _transcribe(model, source, options, load_encoder, report, cancel, notes) -> Transcript:
     from ..whisper.transcribe import TranscribeOptions, transcribe_file
 
     # The batched path unless the settings opt out (``batched_files``): same accuracy on
@@ -240,8 +249,21 @@ def _transcribe(model, source, options, load_encoder, report, cancel) -> Transcr
         from .. import settings
 
         batched = settings.flag("batched_files", True)
-    topt = TranscribeOptions(language=options.get("language") or None, batched=bool(batched))
+    from .. import settings
+
+    topt = TranscribeOptions(
+        language=options.get("language") or None,
+        languages=tuple(options.get("languages") or ()),  # "Detect among several…"
+        batched=bool(batched),
+        vocabulary=settings.get("vocabulary") or None,  # the app's Settings: names, jargon
+    )
     speakers = str(options.get("speakers") or "off")
+    if speakers == "channels":  # "By channel": each channel transcribed apart, one speaker each
+        from ..speakers.channels import transcribe_channels
+
+        return transcribe_channels(
+            model, source, topt, progress=lambda d, t: report(d, t), cancel=cancel, notes=notes
+        )
     encoder = load_encoder() if speakers != "off" and load_encoder is not None else None
     if encoder is None:
         return transcribe_file(

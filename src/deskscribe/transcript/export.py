@@ -165,6 +165,8 @@ def _render_vtt(transcript: Transcript) -> str:
             continue
         start, end = seg.start, max(seg.start, seg.end)
         text = _vtt_escape(_one_line(seg.text))
+        if seg.language and transcript.language and seg.language != transcript.language:
+            text = f"<lang {seg.language}>{text}</lang>"  # a part in another language
         label = _label(transcript, seg)
         if label:
             text = f"<v {_vtt_escape(_one_line(label))}>{text}"
@@ -189,7 +191,7 @@ def _render_md(transcript: Transcript) -> str:
 def _render_csv(transcript: Transcript) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)  # excel dialect: quotes fields with , " or newlines; CRLF rows
-    writer.writerow(["start", "end", "speaker", "text"])
+    writer.writerow(["start", "end", "speaker", "text", "language"])
     for seg in transcript.segments:
         writer.writerow(
             [
@@ -197,6 +199,7 @@ def _render_csv(transcript: Transcript) -> str:
                 _seconds(seg.end),
                 _label(transcript, seg) or "",
                 seg.text.strip(),
+                seg.language or transcript.language or "",
             ]
         )
     return buf.getvalue()

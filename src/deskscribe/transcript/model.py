@@ -66,6 +66,7 @@ class Segment:
     compression_ratio: float = 0.0
     temperature: float = 0.0
     tokens: list[int] = field(default_factory=list)
+    language: str | None = None  # the language it was transcribed in ("en", "de", …)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +75,7 @@ class Segment:
             "end": float(self.end),
             "text": self.text,
             "speaker": self.speaker,
+            "language": self.language,
             "avg_logprob": self.avg_logprob,
             "no_speech_prob": self.no_speech_prob,
             "compression_ratio": self.compression_ratio,
@@ -96,6 +98,7 @@ class Segment:
             compression_ratio=float(data.get("compression_ratio", 0.0)),
             temperature=float(data.get("temperature", 0.0)),
             tokens=[int(t) for t in data.get("tokens") or []],
+            language=_opt_str(data.get("language")),
         )
 
 

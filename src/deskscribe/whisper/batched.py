@@ -24,8 +24,11 @@ from ..transcript import Segment, Word
 from .alignment import WordTiming, find_alignment
 from .chunking import Chunk, speech_chunks
 from .decoding import DecodingOptions, DecodingResult, TranscriptionCancelled, WindowDecoder
-from .features import FRAME_SECONDS, N_SAMPLES, SAMPLE_RATE, log_mel
+from .features import FRAME_SECONDS, N_SAMPLES, SAMPLE_RATE
+from .language_runs import SURE, encode_windows, language_runs
+from .languages import choose, main_language, settle
 from .model import RUN_ERRORS, AudioFeatures, WhisperModel
+from .prompt import plan_prompt
 from .transcribe import (
     Progress,
     TranscribeOptions,
@@ -42,20 +45,8 @@ CPU_BATCH = 8  # chunks per batch on the CPU (split between the lanes)
 
 
 def encode_chunks(model: WhisperModel, chunks: list[Chunk]) -> AudioFeatures:
-    """Encoder output for a batch of chunks. On the CPU the windows are encoded one at a
-    time: a batch costs the same CPU time per window there, and a window's attention
-    matrices (n_head x 1500 x 1500) would otherwise be held for the whole batch at once."""
-    mels = [log_mel(c.audio, model.n_mels) for c in chunks]
-    if model.sessions.on_gpu:
-        return model.encode(np.stack(mels))
-    parts = [model.encode(m[None]).to_host() for m in mels]
-    if len(parts) == 1:
-        return parts[0]
-    return AudioFeatures(
-        [np.concatenate(layer) for layer in zip(*(p.cross_k for p in parts), strict=True)],
-        [np.concatenate(layer) for layer in zip(*(p.cross_v for p in parts), strict=True)],
-        len(parts),
-    )
+    """Encoder output for a batch of chunks."""
+    return encode_windows(model, [c.audio for c in chunks])
 
 
 def row(features: AudioFeatures, i: int) -> AudioFeatures:
@@ -131,12 +122,16 @@ def transcribe_batched(
     """
     tk = model.tokenizer
     language = options.language if tk.multilingual else "en"
+    if not language and len(options.languages) == 1:
+        language = options.languages[0]
     if language and info is not None:
         info.language = language
+    spoken: list[tuple[str | None, float]] = []
     batch_size = options.batch_size or auto_batch_size(model)
     lanes = decoding_lanes(model, batch_size)
     lane_model = model.single_threaded() if lanes > 1 else model
-    prompt = tk.encode(" " + options.initial_prompt.strip()) if options.initial_prompt else []
+    plan = plan_prompt(tk, model.dims.n_text_ctx, options.vocabulary, options.initial_prompt)
+    prompt = plan.prompt(plan.initial)  # the same in every chunk: vocabulary, initial prompt
     pipe = _Pipeline(
         lane_model, options, language, prompt, lanes, batch_size // lanes, cancel, info
     )
@@ -156,6 +151,9 @@ def transcribe_batched(
             for seg in segments:
                 seg.id = seg_id
                 seg_id += 1
+                spoken.append((seg.language, seg.end - seg.start))
+            if not language and info is not None:
+                info.language = main_language(spoken) or info.language
             yield from segments
             report(chunk.file_end)
     finally:
@@ -294,8 +292,6 @@ class _Pipeline:
         count = 0
         try:
             for chunk in speech_chunks(blocks, self.options.vad, self.halt):
-                if self.language is None:
-                    self.language = _detect(self.model, chunk, self.info)
                 if not self._put((count, chunk)):
                     return
                 count += 1
@@ -375,17 +371,6 @@ class _Pipeline:
             self._fail(err)
 
 
-def _detect(model: WhisperModel, chunk: Chunk, info: TranscriptionInfo | None) -> str:
-    """Language of the first chunk (multilingual model, no language given)."""
-    features = encode_chunks(model, [chunk])
-    language, probs = WindowDecoder(model, DecodingOptions()).detect_language(features)
-    if info is not None:
-        info.language = language
-        info.language_probability = probs[language]
-        info.all_language_probs = probs
-    return language
-
-
 def _decode_fitting(model, chunks, language, options, prompt, halt):
     """``_lane`` on ``chunks``; on a GPU that runs out of memory, halve the batch and retry
     (down to one chunk; after that the model moves to the CPU itself). Returns ([segments
@@ -423,6 +408,59 @@ UNCOVERED_SECONDS = 1.5  # speech before the first or after the last word that i
 def _lane(model, chunks, language, options, prompt, halt):
     """Encode and decode some chunks; returns each chunk's segments in file time.
 
+    With no language given, each chunk is decoded in the language detected on its own
+    speech (an unsure chunk takes a sure neighbour's). A chunk that may hold a change of
+    language (its detection is not sure, or a neighbour's language differs) is split into
+    its speech regions, each region's language detected, and each run of one language
+    decoded on its own: a meeting that moves from English to German gets both, neither
+    translated. Chunks of one language are decoded together.
+    """
+    features = encode_chunks(model, chunks)
+    if language:
+        work = [(i, chunk, language, i) for i, chunk in enumerate(chunks)]
+    else:
+        work = _language_runs(model, chunks, features, options.languages)
+    out: list[list[Segment]] = [[] for _ in chunks]
+    for lang, whole in dict.fromkeys((w[2], w[3] is not None) for w in work):
+        picked = [w for w in work if w[2] == lang and (w[3] is not None) == whole]
+        group = [w[1] for w in picked]
+        if whole:
+            rows_ = [w[3] for w in picked]
+            audio = features if rows_ == list(range(len(chunks))) else select(features, rows_)
+        else:
+            audio = encode_chunks(model, group)
+        decoded = _decode_group(model, group, audio, lang, options, prompt, halt)
+        for (i, *_), segs in zip(picked, decoded, strict=True):
+            for seg in segs:
+                seg.language = lang
+            out[i] += segs
+    for segs in out:
+        segs.sort(key=lambda s: s.start)
+    return out
+
+
+def _language_runs(model, chunks, features, allowed):
+    """(chunk index, chunk or part of it, language, feature row or None for a part)."""
+    detector = WindowDecoder(model, DecodingOptions())
+    found = [choose(p, allowed) for p in detector.language_probs(features)]
+    languages = settle(found)
+    work = []
+    for i, chunk in enumerate(chunks):
+        near = languages[max(0, i - 1) : i + 2]
+        if found[i].probability >= SURE and len(set(near)) == 1:
+            work.append((i, chunk, languages[i], i))
+            continue
+        runs = language_runs(model, chunk.audio, allowed, languages[i])
+        if len(runs) == 1:
+            work.append((i, chunk, runs[0][2], i))
+        else:
+            work += [(i, chunk.cut(a, b), lang, None) for a, b, lang in runs]
+    return work
+
+
+def _decode_group(model, chunks, features, language, options, prompt, halt):
+    """Decode chunks of one language (``features``: their encoder output, in order).
+
     Beam search now and then leaves out a chunk's first or last sentence (a shorter text
     can score better; the sequential path's seek picks such a sentence up in the next
     window, nothing would here). A chunk whose words leave more than ``UNCOVERED_SECONDS``
@@ -430,7 +468,6 @@ def _lane(model, chunks, language, options, prompt, halt):
     when it covers the speech better. Measured on the bench recording (tiny.en): one
     sentence in ten minutes, 0.9 WER points.
     """
-    features = encode_chunks(model, chunks)
     results = decode_chunks(model, features, language, options, prompt, halt)
     out = []
     for i, (chunk, result) in enumerate(zip(chunks, results, strict=True)):

@@ -163,6 +163,22 @@ def probabilities_stream(
 # --------------------------------------------------------------------------- chunks
 
 
+def quiet_points(audio: np.ndarray, every: float, search: float = 1.0) -> list[int]:
+    """Sample positions about ``every`` seconds apart, each moved to the quietest 20 ms within
+    ``search`` seconds (a pause between words rather than the middle of one)."""
+    frame = SAMPLE_RATE // 50
+    n = audio.shape[0] // frame
+    if n == 0:
+        return []
+    energy = np.square(audio[: n * frame].reshape(n, frame)).mean(axis=1)
+    step, reach = int(every * 50), int(search * 50)
+    points = []
+    for centre in range(step, n - step // 2, step):
+        lo, hi = max(centre - reach, 1), min(centre + reach, n - 1)
+        points.append((lo + int(np.argmin(energy[lo:hi]))) * frame)
+    return sorted(set(points))
+
+
 @dataclass
 class Chunk:
     """Speech regions joined into one window of at most 30 s."""
@@ -193,6 +209,15 @@ class Chunk:
         lo, hi = start * SAMPLE_RATE, end * SAMPLE_RATE
         total = sum(max(0.0, min(e, hi) - max(s, lo)) for _, s, e in self.pieces)
         return total / SAMPLE_RATE
+
+    def cut(self, lo: int, hi: int) -> Chunk:
+        """The chunk's samples ``lo`` … ``hi - 1`` as a chunk of their own (pieces clipped)."""
+        pieces = [
+            (max(o, lo) - lo, s + max(0, lo - o), min(e, s + hi - o))
+            for o, s, e in self.pieces
+            if o < hi and o + (e - s) > lo
+        ]
+        return Chunk(self.audio[lo:hi], pieces)
 
     def piece_at(self, t: float, is_end: bool = False) -> int:
         sample = t * SAMPLE_RATE

@@ -301,15 +301,24 @@ class WindowDecoder:
         return sorted(set(ids))
 
     def detect_language(self, audio: AudioFeatures) -> tuple[str, dict[str, float]]:
+        """The most probable language of the first window of ``audio``, and every language's
+        probability."""
+        probs = self.language_probs(audio)[0]
+        return max(probs, key=lambda c: probs[c]), probs
+
+    def language_probs(self, audio: AudioFeatures) -> list[dict[str, float]]:
+        """Each window's language probabilities (one decoder step for the whole batch)."""
         if not self.tk.multilingual:
-            return "en", {"en": 1.0}
-        state = self.model.start(audio, 1)
-        logits, _ = state.step(np.array([[self.tk.sot]]))
+            return [{"en": 1.0}] * audio.batch
+        state = self.model.start(audio, audio.batch)
+        logits, _ = state.step(np.array([[self.tk.sot]] * audio.batch))
         codes = list(self.tk.language_ids)
         ids = [self.tk.language_ids[c] for c in codes]
-        probs = np.exp(log_softmax(logits[0, ids]))
-        best = codes[int(np.argmax(probs))]
-        return best, dict(zip(codes, probs.tolist(), strict=True))
+        out = []
+        for row in logits:
+            probs = np.exp(log_softmax(row[ids]))
+            out.append(dict(zip(codes, probs.tolist(), strict=True)))
+        return out
 
     def decode(self, audio: AudioFeatures, language: str | None) -> DecodingResult:
         """Decode one window (``audio`` has batch 1)."""

@@ -25,13 +25,20 @@ import numpy as np
 
 from ..audio.vad import SAMPLE_RATE, StreamingVAD, VadOptions
 from ..transcript import Segment, Word
+from .decoding import DecodingOptions, WindowDecoder
+from .language_runs import encode_windows
+from .languages import choose, settle
 from .model import WhisperModel
+from .prompt import plan_prompt
 from .transcribe import TranscribeOptions, TranscriptionInfo, transcribe_blocks
+
+LANGUAGE_SECONDS = 2.0  # an utterance's language is decided on this much of its audio
 
 
 @dataclass
 class StreamingOptions:
-    language: str | None = None  # None: detected on the first utterance, then kept
+    language: str | None = None  # None: detected per utterance (multilingual models)
+    languages: tuple[str, ...] = ()  # detection limited to these codes (empty: any)
     task: str = "transcribe"
     beam_size: int | None = None  # greedy by default: a decode every step must stay cheap
     step_seconds: float = 0.6  # decode again after this much new audio
@@ -40,6 +47,7 @@ class StreamingOptions:
     max_buffer_seconds: float = 15.0  # cut a long buffer after its last committed sentence
     hard_buffer_seconds: float = 25.0  # ... and after its last committed word past this
     prompt_chars: int = 200  # committed text given to the model as the prompt
+    vocabulary: str | None = None  # names and jargon, in the prompt of every pass (prompt.py)
     vad_threshold: float = 0.5
     segment_max_seconds: float = 15.0
 
@@ -126,7 +134,10 @@ class OnlineTranscriber:
         self.model = model
         self.options = opt = options or StreamingOptions()
         self.label_words = label_words
-        self.language = opt.language
+        self.language = opt.language  # forced; otherwise each utterance's own
+        self._utterance_language: str | None = None  # detected for the utterance being decoded
+        self._previous_language: str | None = None  # the last utterance's
+        self._last_language: str | None = None  # the newest pass's guess
         self.vad = StreamingVAD(
             VadOptions(threshold=opt.vad_threshold, min_silence_ms=opt.end_of_utterance_ms)
         )
@@ -142,6 +153,11 @@ class OnlineTranscriber:
         self.segments: list[Segment] = []
         self._open: Segment | None = None  # the segment committed words are added to
         self._history: list[Word] = []  # recent committed words, for the prompt
+        # The vocabulary is fitted to the prompt budget once; ``vocabulary_note`` says what
+        # was left out (None: all of it is used).
+        plan = plan_prompt(model.tokenizer, model.dims.n_text_ctx, opt.vocabulary)
+        self.vocabulary_note = plan.note
+        self._vocabulary = ", ".join(plan.kept) or None
 
     # ------------------------------------------------------------------ input
 
@@ -187,13 +203,19 @@ class OnlineTranscriber:
                 words = self._decode(self._start, end)
             self._commit(self._agreement.commit_all(words), update, utterance_end=True)
             self._cut(end)
+            self._previous_language = self._utterance_language or self._previous_language
+            self._utterance_language = None
         step = int(self.options.step_seconds * SAMPLE_RATE)
         new_audio = self.total - max(self._decoded_to, self._start)
         if interim and self.vad.speaking and new_audio >= step:
             words = self._decode(self._start, self.total, final=False)
-            self._commit(self._agreement.insert(words), update, utterance_end=False)
-            self._trim_long_buffer()
-        update.tentative = self._agreement.tentative
+            if self._language_decided:
+                self._commit(self._agreement.insert(words), update, utterance_end=False)
+                self._trim_long_buffer()
+            else:  # nothing is committed in a language that may still change
+                update.tentative = words
+        if not update.tentative:
+            update.tentative = self._agreement.tentative
         update.decode_seconds = time.perf_counter() - t0
         update.audio_end = self._decoded_to / SAMPLE_RATE
         update.open_id = self.open_segment_id
@@ -222,12 +244,16 @@ class OnlineTranscriber:
         if audio.shape[0] < SAMPLE_RATE // 10:
             return []
         info = TranscriptionInfo(language=None)
+        language = self.language or self._language_of(audio)
+        # Text in another language as the prompt would be translated into this one.
+        same = self.language or language in (self._previous_language, None)
         options = TranscribeOptions(
-            language=self.language,
+            language=language,
             task=self.options.task,
             beam_size=self.options.beam_size,
             word_timestamps=True,
-            initial_prompt=self._prompt_before(start) or None,
+            initial_prompt=(self._prompt_before(start) if same else "") or None,
+            vocabulary=self._vocabulary,
         )
         if not final:
             options.temperatures = (0.0,)
@@ -241,9 +267,31 @@ class OnlineTranscriber:
                     replace(w, start=round(w.start + offset, 3), end=round(w.end + offset, 3))
                 )
         self._last_words = words if confident else []
-        if self.language is None and words and info.language_probability > 0.5:
-            self.language = info.language
         return words
+
+    @property
+    def _language_decided(self) -> bool:
+        return bool(
+            self.language or self._utterance_language or not self.model.tokenizer.multilingual
+        )
+
+    def _language_of(self, audio: np.ndarray) -> str | None:
+        """The utterance's language: detected on each pass until the utterance has
+        ``LANGUAGE_SECONDS`` of audio, then kept (an unsure guess takes the previous
+        utterance's language where that is plausible); None for an English-only model."""
+        if not self.model.tokenizer.multilingual:
+            return None
+        if self._utterance_language is None:
+            probs = WindowDecoder(self.model, DecodingOptions()).language_probs(
+                encode_windows(self.model, [audio])
+            )[0]
+            found = choose(probs, self.options.languages)
+            language = settle([found], self._previous_language)[0]
+            self._last_language = language
+            if audio.shape[0] < LANGUAGE_SECONDS * SAMPLE_RATE:
+                return language  # too short to decide the utterance on
+            self._utterance_language = language
+        return self._utterance_language
 
     def _prompt_before(self, start: int) -> str:
         """Committed text that ended before the buffer: text inside the buffer must not be in
@@ -289,7 +337,12 @@ class OnlineTranscriber:
                 seg = None
             if seg is None:
                 seg = self._open = Segment(
-                    start=w.start, end=w.end, text="", speaker=w.speaker, id=len(self.segments)
+                    start=w.start,
+                    end=w.end,
+                    text="",
+                    speaker=w.speaker,
+                    id=len(self.segments),
+                    language=self.language or self._utterance_language or self._last_language,
                 )
                 self.segments.append(seg)
             seg.words.append(w)

@@ -30,12 +30,18 @@ from .decoding import (
     check_task,
 )
 from .features import FRAME_SECONDS, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel
+from .language_runs import SURE, language_runs
+from .languages import choose, main_language
 from .model import AudioFeatures, WhisperModel
+from .prompt import plan_prompt
 
 
 @dataclass
 class TranscribeOptions:
-    language: str | None = None  # None: detect from the first window (multilingual models)
+    # None: detected per part (each window, each batched chunk) on multilingual models, so
+    # a file that changes language is written in each of its languages; a code forces one.
+    language: str | None = None
+    languages: tuple[str, ...] = ()  # detection limited to these codes (empty: any)
     task: str = "transcribe"
     beam_size: int | None = 5
     patience: float = 1.0
@@ -48,6 +54,9 @@ class TranscribeOptions:
     # even when ``batched`` is set (see ``batching_fits``).
     condition_on_previous_text: bool | None = None
     initial_prompt: str | None = None
+    # Names and jargon to spell right ("ComfyUI, Kubernetes, Dr. Okafor"): the prompt of every
+    # window, chunk and live pass, before the initial prompt and earlier text (prompt.py).
+    vocabulary: str | None = None
     word_timestamps: bool = False
     without_timestamps: bool = False
     silence_rms: float = 1e-4  # windows quieter than this are not decoded at all
@@ -146,7 +155,11 @@ def transcribe_blocks(
             f"unknown language {opt.language!r}; use a code such as "
             f"{', '.join(sorted(tk.language_ids)[:12])}, …"
         )
+    check_languages(tk, opt.languages)
     info = info or TranscriptionInfo(language=opt.language, duration=total_seconds)
+    plan = plan_prompt(tk, model.dims.n_text_ctx, opt.vocabulary, opt.initial_prompt)
+    if plan.note:
+        info.notes.append(plan.note)
     unfit = batching_fits(opt) if opt.batched else None
     if unfit is not None:
         info.notes.append(f"batched transcription not used: {unfit}")
@@ -168,13 +181,15 @@ def transcribe_blocks(
     info.path = "sequential"
     conditioned = opt.condition_on_previous_text is not False
     audio = _AudioWindow(blocks)
-    language = opt.language if tk.multilingual else "en"
-    if language:
-        info.language = language
-    all_tokens: list[int] = []
+    forced = opt.language if tk.multilingual else "en"
+    if not forced and len(opt.languages) == 1:
+        forced = opt.languages[0]
+    if forced:
+        info.language = forced
+    language = last_language = forced
+    spoken: list[tuple[str | None, float]] = []  # (language, seconds) per segment
+    all_tokens: list[int] = list(plan.initial)
     prompt_reset = 0
-    if opt.initial_prompt:
-        all_tokens += tk.encode(" " + opt.initial_prompt.strip())
     seek = 0  # in samples
     seg_id = 0
     total = total_seconds if total_seconds is not None else -1.0
@@ -201,12 +216,27 @@ def transcribe_blocks(
             continue
 
         features = model.encode(log_mel(chunk, model.n_mels)[None])
-        if language is None:
-            language, probs = WindowDecoder(model, DecodingOptions()).detect_language(features)
-            info.language = language
-            info.language_probability = probs[language]
-            info.all_language_probs = probs
-        prompt = all_tokens[prompt_reset:] if conditioned else []
+        if not forced:
+            _, probs = WindowDecoder(model, DecodingOptions()).detect_language(features)
+            found = choose(probs, opt.languages)
+            if info.language is None:
+                info.language_probability = found.probability
+                info.all_language_probs = found.probs
+            if found.probability >= SURE and found.language in (language, None):
+                language = found.language
+            else:  # the language may change in this window: decode up to the change only
+                runs = language_runs(model, chunk, opt.languages, language)
+                language = runs[0][2]
+                if len(runs) > 1:
+                    chunk = chunk[: runs[0][1]]
+                    segment_frames = chunk.shape[0] // HOP_LENGTH
+                    window_seconds = segment_frames * FRAME_SECONDS
+                    features = model.encode(log_mel(chunk, model.n_mels)[None])
+            info.language = info.language or language
+            if last_language is not None and language != last_language:
+                prompt_reset = len(all_tokens)  # text in another language would be copied
+            last_language = language
+        prompt = plan.prompt(all_tokens[prompt_reset:])
         result = _decode_with_fallback(model, features, language, opt, prompt)
 
         if is_silence(result, opt):
@@ -232,6 +262,7 @@ def transcribe_blocks(
                     no_speech_prob=result.no_speech_prob,
                     compression_ratio=result.compression_ratio,
                     temperature=result.temperature,
+                    language=language,
                 )
             )
             piece_logprobs.append(result.token_logprobs[lo:hi])
@@ -251,7 +282,30 @@ def transcribe_blocks(
         if not conditioned or result.temperature > 0.5:
             prompt_reset = len(all_tokens)
         advance(advance_frames)
+        spoken += [(s.language, s.end - s.start) for s in window_segments]
+        if not forced:
+            info.language = main_language(spoken) or info.language
         yield from window_segments
+
+
+def check_languages(tk, languages: tuple[str, ...]) -> None:
+    """``languages`` (a detection set) must be codes this model knows."""
+    if not languages:
+        return
+    if not tk.multilingual:
+        if set(languages) != {"en"}:
+            raise DecodingError(
+                "this model is English-only: it cannot detect or transcribe "
+                f"{', '.join(c for c in languages if c != 'en')}. Pick a multilingual model "
+                "(e.g. base or large-v3-turbo) for a recording in several languages"
+            )
+        return
+    unknown = [c for c in languages if c not in tk.language_ids]
+    if unknown:
+        raise DecodingError(
+            f"unknown language code{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+            f"this model knows: {', '.join(sorted(tk.language_ids))}"
+        )
 
 
 def is_silence(result: DecodingResult, opt: TranscribeOptions) -> bool:
