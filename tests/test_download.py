@@ -265,3 +265,43 @@ def test_token_goes_to_the_hub_but_not_to_the_cdn(hub: HubServer, tmp_path: Path
     assert hub.seen("GET", "/resolve/")[0]["authorization"] == "Bearer hf_abc"  # config.json
     (cdn,) = hub.seen("GET", "/lfs/")
     assert "authorization" not in cdn
+
+
+def test_a_file_name_leading_out_of_the_folder_is_refused(
+    hub: HubServer, repo: HubRepo, tmp_path: Path
+) -> None:
+    """A hostile hub or mirror listing ``model.bin.part1/../../x`` writes nothing anywhere."""
+    from deskscribe.fsutil import UnsafePathError, inside
+    from deskscribe.models.download import UnsafeFileNameError
+
+    dest = tmp_path / "store" / "model"
+    for bad in ("model.bin.part1/../../../evil.txt", "../evil.txt", "/tmp/evil.txt", "a\\..\\b"):
+        with pytest.raises(UnsafeFileNameError, match="leads out of the model folder"):
+            download_files(REPO, ["config.json", bad], dest, endpoint=hub.url)
+    assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "store" / "evil.txt").exists()
+    assert not list(dest.glob("*.json"))  # not even the good file: refused before any request
+    assert not hub.seen("GET", "/resolve/")
+    # A link inside the folder that points out of it is refused as well.
+    (tmp_path / "outside").mkdir()
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "sub").symlink_to(tmp_path / "outside")
+    with pytest.raises(UnsafePathError):
+        inside(dest, "sub/model.bin")
+    assert inside(dest, "onnx/model.onnx") == dest / "onnx" / "model.onnx"
+
+
+def test_a_safetensors_index_pointing_elsewhere_is_a_checkpoint_error(
+    hf_tiny_fp16: Path, tmp_path: Path
+) -> None:
+    import json as _json
+
+    from deskscribe.whisper.weights import CheckpointError, load_checkpoint
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    for f in hf_tiny_fp16.iterdir():
+        (folder / f.name).symlink_to(f)
+    index = {"weight_map": {"model.decoder.embed_tokens.weight": "../../etc/passwd"}}
+    (folder / "model.safetensors.index.json").write_text(_json.dumps(index))
+    with pytest.raises(CheckpointError, match="outside its folder"):
+        load_checkpoint(folder)

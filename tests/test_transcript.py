@@ -392,3 +392,18 @@ def test_export_file_mode_follows_umask(tmp_path: Path) -> None:
     path.chmod(0o604)
     export(_transcript(), path, overwrite=True)
     assert stat.S_IMODE(path.stat().st_mode) == 0o604
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_plain_text() -> None:
+    t = Transcript(
+        [
+            Segment(0, 1, ' =HYPERLINK("http://x","click")', speaker="S1"),
+            Segment(1, 2, " -2+3", speaker="S2"),
+            Segment(2, 3, " an equals sign = inside is fine", speaker="S1"),
+        ],
+        speakers={"S1": "@admin", "S2": "Bob"},
+    )
+    rows = list(csv.reader(io.StringIO(str(render(t, "csv")), newline="")))
+    assert rows[1][2:4] == ["'@admin", '\'=HYPERLINK("http://x","click")']
+    assert rows[2][2:4] == ["Bob", "'-2+3"]
+    assert rows[3][3] == "an equals sign = inside is fine"

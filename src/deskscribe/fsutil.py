@@ -20,3 +20,30 @@ def fsync_dir(directory: Path) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class UnsafePathError(ValueError):
+    """A file name that came from outside (a hub listing, a checkpoint's index) would lead
+    out of the folder it belongs in."""
+
+
+def inside(root: Path, name: str, *, resolve: bool = True) -> Path:
+    """``root / name`` for a relative file name from a model, a checkpoint or a hub; refused
+    (``UnsafePathError``) when it is empty, absolute, has a drive, a ``..`` part or a
+    backslash, or (``resolve``, for files we write) resolves through links outside ``root``.
+    The one check for every such name: a hostile mirror listing ``model.bin.part1/../../x``
+    must not write there. Readers pass ``resolve=False``: a Hugging Face cache snapshot is a
+    folder of links into its blob store, and reading through them is what it is for."""
+    parts = name.split("/")
+    if (
+        not name
+        or name.startswith("/")
+        or "\\" in name
+        or ":" in parts[0]
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise UnsafePathError(f"refusing the file name {name!r}: it leads out of {root}")
+    target = Path(root, *parts)
+    if resolve and not target.resolve().is_relative_to(Path(root).resolve()):
+        raise UnsafePathError(f"refusing the file name {name!r}: it leads out of {root}")
+    return target

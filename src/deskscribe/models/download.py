@@ -41,6 +41,8 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 
+from ..fsutil import UnsafePathError, inside
+
 Progress = Callable[[int, int], None]
 _SHA256_HEX = frozenset("0123456789abcdef")
 _DONE = ".done.json"
@@ -49,6 +51,10 @@ _PARTIAL = ".partial"
 
 class DownloadError(Exception):
     """Base class: a model download failed (the message says what to do)."""
+
+
+class UnsafeFileNameError(DownloadError):
+    """The hub (or a mirror) named a file outside the model folder."""
 
 
 class OfflineError(DownloadError):
@@ -138,6 +144,14 @@ def download_files(
     """
     dest = Path(dest)
     cancel = cancel or threading.Event()
+    for name in files:
+        try:
+            inside(dest, name)
+        except UnsafePathError as err:
+            raise UnsafeFileNameError(
+                f"{repo_id} lists a file name that leads out of the model folder ({name!r}); "
+                "nothing was downloaded. Check HF_ENDPOINT or the mirror you use"
+            ) from err
     _refuse_if_offline(repo_id)
     dest.mkdir(parents=True, exist_ok=True)
     with _locked(dest / ".lock", cancel):

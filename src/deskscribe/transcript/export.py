@@ -188,6 +188,12 @@ def _render_md(transcript: Transcript) -> str:
     return "\n".join(out)
 
 
+def _csv_cell(text: str) -> str:
+    """Text that a spreadsheet would run as a formula ("=HYPERLINK(…)", "+1", "@SUM") gets a
+    leading apostrophe, which spreadsheets show as plain text (OWASP's CSV-injection rule)."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def _render_csv(transcript: Transcript) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)  # excel dialect: quotes fields with , " or newlines; CRLF rows
@@ -197,8 +203,8 @@ def _render_csv(transcript: Transcript) -> str:
             [
                 _seconds(seg.start),
                 _seconds(seg.end),
-                _label(transcript, seg) or "",
-                seg.text.strip(),
+                _csv_cell(_label(transcript, seg) or ""),
+                _csv_cell(seg.text.strip()),
                 seg.language or transcript.language or "",
             ]
         )

@@ -25,6 +25,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ..fsutil import UnsafePathError, inside
+
 
 class CheckpointError(Exception):
     """A folder that does not hold a Whisper checkpoint we can read."""
@@ -196,7 +198,12 @@ def _load_hf(folder: Path) -> Checkpoint:
     index = folder / "model.safetensors.index.json"
     if index.exists():
         weight_map: dict[str, str] = _read_json(index)["weight_map"]
-        files = sorted({folder / f for f in weight_map.values()})
+        try:
+            files = sorted({inside(folder, f, resolve=False) for f in weight_map.values()})
+        except UnsafePathError as err:
+            raise CheckpointError(
+                f"{index} names a weights file outside its folder: {err}"
+            ) from None
     else:
         files = [folder / "model.safetensors"]
     handles = {f.name: safe_open(str(f), framework="np") for f in files}
