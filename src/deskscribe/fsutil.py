@@ -47,3 +47,15 @@ def inside(root: Path, name: str, *, resolve: bool = True) -> Path:
     if resolve and not target.resolve().is_relative_to(Path(root).resolve()):
         raise UnsafePathError(f"refusing the file name {name!r}: it leads out of {root}")
     return target
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and missing parents) readable by this user only (0700 on POSIX), and
+    tighten it when an older version left it open to others: recordings, transcripts and the
+    library's full-text index must not be readable by other accounts on a shared computer."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if os.name == "posix":
+        with contextlib.suppress(OSError):
+            if path.stat().st_mode & 0o077:
+                os.chmod(path, 0o700)
+    return path

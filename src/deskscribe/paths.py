@@ -7,14 +7,18 @@ from pathlib import Path
 
 from platformdirs import user_data_dir
 
+from .fsutil import private_dir
+
 ENV_DATA_DIR = "DESKSCRIBE_DATA_DIR"
 
 
 def data_dir() -> Path:
+    """The user data folder, created private (0700) and tightened if an older version left
+    it open."""
     override = os.environ.get(ENV_DATA_DIR)
     if override:
-        return Path(override).expanduser()
-    return Path(user_data_dir("DeskScribe", appauthor=False))
+        return private_dir(Path(override).expanduser())
+    return private_dir(Path(user_data_dir("DeskScribe", appauthor=False)))
 
 
 def sessions_dir() -> Path:

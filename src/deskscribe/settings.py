@@ -14,6 +14,8 @@ from typing import Any
 
 from platformdirs import user_config_dir
 
+from .fsutil import private_dir
+
 ENV_FILE = "DESKSCRIBE_SETTINGS"
 KNOWN = {
     "models_dir": "folder where models are stored (default: the user data folder)",
@@ -83,7 +85,7 @@ def set_value(key: str, value: Any) -> None:
     else:
         data[key] = value
     path = settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

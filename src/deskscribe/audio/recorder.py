@@ -21,7 +21,7 @@ from typing import Any
 import av
 import numpy as np
 
-from ..fsutil import fsync_dir
+from ..fsutil import fsync_dir, private_dir
 from ..paths import sessions_dir
 from .session_files import (
     DISK_FULL,
@@ -70,7 +70,7 @@ class FolderLock:
 
     def __init__(self, folder: Path, create: bool = True) -> None:
         flags = os.O_RDWR | (os.O_CREAT if create else 0) | O_BINARY
-        self._fd: int | None = os.open(folder / LOCK, flags, 0o644)
+        self._fd: int | None = os.open(folder / LOCK, flags, 0o600)
         try:
             if os.name == "nt":
                 import msvcrt
@@ -158,7 +158,7 @@ class SessionRecorder:
             state="recording", stop_reason=None,
         )  # fmt: skip
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            private_dir(self.folder)
             self._lock = FolderLock(self.folder)
         except OSError as e:
             raise self._error(e, "start") from None
@@ -198,7 +198,7 @@ class SessionRecorder:
                     if t.fd is None:
                         path = self._path(t, "pcm")
                         t.fd = os.open(
-                            path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | O_BINARY, 0o644
+                            path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | O_BINARY, 0o600
                         )
                         fsync_dir(self.folder)
                     n = min(len(data) - pos, self._chunk - t.current)

@@ -64,7 +64,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     """tmp + fsync + rename + fsync(dir): readers see the old file or the new, never a mix."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_BINARY, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_BINARY, 0o600)
         try:
             write_all(fd, data)
             os.fsync(fd)

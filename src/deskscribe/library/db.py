@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..fsutil import private_dir
 from ..paths import data_dir
 from ..transcript import Transcript
 from ..transcript.export import export
@@ -97,7 +98,7 @@ class Library:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
         except OSError as e:
             raise LibraryError(
                 f"Cannot create the library folder '{self.path.parent}' ({e.strerror or e}). "
@@ -114,6 +115,9 @@ class Library:
                 db = sqlite3.connect(
                     self.path, timeout=10.0, isolation_level=None, check_same_thread=False
                 )
+                if os.name == "posix":  # the full text of every transcript is in its index
+                    with contextlib.suppress(OSError):
+                        os.chmod(self.path, 0o600)
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
                 db.execute("PRAGMA foreign_keys = ON")
@@ -311,7 +315,7 @@ class Library:
     def save_transcript(self, item_id: int, transcript: Transcript) -> Path:
         """Write the transcript atomically (the old file or the new, never a mix) and index it."""
         self.get(item_id)  # fail before writing a file for an item that is gone
-        self.transcripts_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.transcripts_dir)
         target = self.transcripts_dir / f"{item_id}.json"
         export(transcript, target, "json", overwrite=True)
         self.update(item_id, transcript_path=str(target))
