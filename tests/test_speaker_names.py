@@ -211,7 +211,7 @@ def test_apply_profiles_names_known_voices_once_and_keeps_user_names(data_dir: P
 
 
 def test_broken_profile_file_is_reported_not_overwritten(data_dir: Path) -> None:
-    profiles_path().parent.mkdir(parents=True)
+    profiles_path().parent.mkdir(parents=True, exist_ok=True)
     profiles_path().write_text("{not json", encoding="utf-8")
     with pytest.raises(ProfileError, match="move the file away"):
         list_profiles()

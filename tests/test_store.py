@@ -162,3 +162,20 @@ def test_reveal_command_points_at_the_model(tmp_path: Path) -> None:
 
     cmd = reveal_command(tmp_path)
     assert str(tmp_path) in " ".join(cmd)
+
+
+def test_a_folder_with_a_stray_manifest_is_not_a_model(tmp_path: Path) -> None:
+    """A folder of the user's that happens to hold a manifest.json (a web app's) in the store
+    is never listed, chosen, replaced by a build, or deleted."""
+    store = tmp_path / "store"
+    mine = store / "my-notes"
+    mine.mkdir(parents=True)
+    (mine / "manifest.json").write_text('{"name": "my-notes", "start_url": "/"}')
+    (mine / "notes.txt").write_text("do not lose me")
+    res = cli(["models", "list"], store)
+    assert "my-notes" not in res.stdout
+    res = cli(["models", "remove", "my-notes", "--yes"], store)
+    assert res.returncode == 2 and "not installed" in res.stderr
+    res = cli(["transcribe", "x.wav", "--model", "my-notes"], store)
+    assert res.returncode == 2 and "not installed" in res.stderr
+    assert (mine / "notes.txt").read_text() == "do not lose me"

@@ -135,7 +135,9 @@ def check_replaceable(dest: Path, overwrite: bool, source: Path | None = None) -
         return
     if not overwrite:
         raise FileExistsError(f"{dest} already exists; remove it or pass --overwrite to rebuild")
-    if not dest.is_dir() or (any(dest.iterdir()) and not (dest / MANIFEST).is_file()):
+    from .store import built_manifest
+
+    if not dest.is_dir() or (any(dest.iterdir()) and built_manifest(dest) is None):
         raise FileExistsError(
             f"{dest} exists and is not a built model; it will not be replaced. Choose another name"
         )

@@ -59,6 +59,23 @@ def reveal_command(path: Path) -> list[str]:
     return ["xdg-open", str(path if path.is_dir() else path.parent)]
 
 
+def built_manifest(folder: Path) -> dict | None:
+    """The manifest of a folder our builders made, or None. Only they write a manifest with
+    ``files_sha256`` naming files that are there: a folder of the user's that happens to
+    hold some other ``manifest.json`` (a web app's, a game's) is never listed, replaced or
+    deleted as a model."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    files = data.get("files_sha256") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not files:
+        return None
+    if not all(isinstance(f, str) and "/" not in f and (folder / f).is_file() for f in files):
+        return None
+    return data
+
+
 def _installed(root: Path | None) -> Iterator[tuple[Path, dict]]:
     """(folder, manifest) of every model folder in the store with a readable manifest,
     Whisper and speaker models alike, in name order."""
@@ -66,14 +83,11 @@ def _installed(root: Path | None) -> Iterator[tuple[Path, dict]]:
     if not root.is_dir():
         return
     for folder in sorted(root.iterdir()):
-        manifest = folder / MANIFEST
-        if folder.name.startswith(".") or not manifest.is_file():
+        if folder.name.startswith("."):
             continue
-        try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        yield folder, data
+        data = built_manifest(folder)
+        if data is not None:
+            yield folder, data
 
 
 def _size(folder: Path) -> int:
@@ -134,10 +148,10 @@ def resolve_model(
     ``-fp16`` / ``-fp32``, the one best for ``device`` when several are installed."""
     if name_or_path:
         in_store = (root or store_dir()) / name_or_path
-        if (in_store / MANIFEST).is_file():
+        if built_manifest(in_store) is not None:
             return in_store
         candidate = Path(name_or_path).expanduser()
-        if (candidate / MANIFEST).is_file():
+        if built_manifest(candidate) is not None:
             return candidate.resolve()
         variant = installed_variant(name_or_path, root, device)
         if variant is not None:
@@ -164,7 +178,7 @@ def import_model(
     """Copy an already built model folder into the store (atomically)."""
     from .build import check_replaceable
 
-    if not (folder / MANIFEST).is_file():
+    if built_manifest(folder) is None:
         raise ModelNotInstalledError(f"{folder} is not a built DeskScribe model (no {MANIFEST})")
     root = root or store_dir()
     dest = root / valid_name(name or folder.name)
@@ -194,7 +208,7 @@ def valid_name(name: str) -> str:
 def remove_model(name: str, root: Path | None = None) -> Path:
     """Delete an installed model folder (only ever a folder holding a built model)."""
     folder = (root or store_dir()) / valid_name(name)
-    if not (folder / MANIFEST).is_file():
+    if built_manifest(folder) is None:
         raise ModelNotInstalledError(f"model {name!r} is not installed in {root or store_dir()}")
     # Rename first, so that a crash half-way leaves no half-deleted model in the list.
     doomed = folder.with_name(f".{folder.name}.removing")
