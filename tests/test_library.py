@@ -253,3 +253,27 @@ def test_options_are_kept_as_json(lib: Library, media: Path):
     assert lib.get(a).options == {"model": "base", "formats": ["srt", "txt"]}
     raw = sqlite3.connect(lib.path).execute("SELECT options FROM items").fetchone()[0]
     assert json.loads(raw)["formats"] == ["srt", "txt"]
+
+
+def test_a_new_library_never_overwrites_or_deletes_the_old_ones_transcripts(tmp_path: Path):
+    """The user moves a damaged library aside (as its error message says); the new one starts
+    its ids at 1 again, and the old transcripts beside it stay exactly as they were."""
+    media = tmp_path / "talk.wav"
+    media.write_bytes(b"x" * 100)
+    old = Library(tmp_path / "data" / "library.sqlite3")
+    first = old.add_file(media, {})
+    old_file = old.save_transcript(first, transcript("The old meeting about the budget."))
+    old_bytes = old_file.read_bytes()
+    old.close()
+    (tmp_path / "data" / "library.sqlite3").rename(tmp_path / "data" / "library.damaged")
+    for extra in ("-wal", "-shm"):
+        (tmp_path / "data" / f"library.sqlite3{extra}").unlink(missing_ok=True)
+
+    new = Library(tmp_path / "data" / "library.sqlite3")
+    again = new.add_file(media, {})
+    assert again == first  # the id repeats ...
+    new_file = new.save_transcript(again, transcript("A new meeting."))
+    assert new_file != old_file and old_file.read_bytes() == old_bytes  # ... the file does not
+    assert new.save_transcript(again, transcript("An edit.")) == new_file  # its own is reused
+    new.delete(again)
+    assert old_file.read_bytes() == old_bytes and not new_file.exists()

@@ -19,6 +19,7 @@ import shutil
 import sqlite3
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -316,10 +317,24 @@ class Library:
         """Write the transcript atomically (the old file or the new, never a mix) and index it."""
         self.get(item_id)  # fail before writing a file for an item that is gone
         private_dir(self.transcripts_dir)
-        target = self.transcripts_dir / f"{item_id}.json"
-        export(transcript, target, "json", overwrite=True)
+        target = self._own_transcript(self.get(item_id))
+        if target is None:
+            # A name no other library can have chosen: after a damaged library was moved
+            # aside, ids start again at 1, and "1.json" of the old one must stay as it was.
+            target = self.transcripts_dir / f"{item_id}-{uuid.uuid4().hex[:12]}.json"
+            export(transcript, target, "json", overwrite=False)
+        else:
+            export(transcript, target, "json", overwrite=True)
         self.update(item_id, transcript_path=str(target))
         return target
+
+    def _own_transcript(self, item: Item) -> Path | None:
+        """The library's copy of ``item``'s transcript when this library wrote it (its row
+        names a file in the transcripts folder); None otherwise."""
+        if not item.transcript_path:
+            return None
+        path = Path(item.transcript_path)
+        return path if path.parent.resolve() == self.transcripts_dir.resolve() else None
 
     def delete(self, item_id: int, delete_files: bool = False) -> None:
         """Remove the item and the library's copy of its transcript. With ``delete_files``, a live
@@ -329,9 +344,10 @@ class Library:
         with self._transaction(db):
             db.execute("DELETE FROM items WHERE id = ?", (item_id,))
             db.execute(f"DELETE FROM {SEARCH_TABLE} WHERE rowid = ?", (item_id,))
-        own = self.transcripts_dir / f"{item_id}.json"
-        with contextlib.suppress(FileNotFoundError):
-            own.unlink()
+        own = self._own_transcript(item)  # never a file another library wrote
+        if own is not None:
+            with contextlib.suppress(FileNotFoundError):
+                own.unlink()
         if delete_files and item.kind == "live" and Path(item.source).is_dir():
             shutil.rmtree(item.source, ignore_errors=True)
 
