@@ -413,6 +413,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .audio.decode import MediaError
+    from .library.rescue import rescue_note
     from .models.store import ModelNotInstalledError, resolve_model
     from .transcript.export import FORMATS, ExportExistsError, export
     from .whisper.decoding import DecodingError
@@ -531,6 +532,15 @@ def _transcribe(args: argparse.Namespace) -> int:
                     )
             for note in notes:
                 _err(note)
+        except (MediaError, DecodingError, OSError, ValueError) as err:
+            _err(f"{path}: {err}" if str(path) not in str(err) else str(err))
+            failed += 1
+            continue
+        except RUN_ERRORS as err:  # the engine itself failed on this file; go on with the next
+            _err(f"{path}: the transcription engine failed ({str(err).splitlines()[0][:300]})")
+            failed += 1
+            continue
+        try:
             out_dir.mkdir(parents=True, exist_ok=True)
             for fmt, target in zip(formats, targets, strict=True):
                 export(
@@ -538,11 +548,8 @@ def _transcribe(args: argparse.Namespace) -> int:
                 )
                 if not args.quiet:
                     print(target, file=sys.stderr)
-        except (MediaError, DecodingError, ExportExistsError, OSError, ValueError) as err:
-            _err(f"{path}: {err}" if str(path) not in str(err) else str(err))
-            failed += 1
-        except RUN_ERRORS as err:  # the engine itself failed on this file; go on with the next
-            _err(f"{path}: the transcription engine failed ({str(err).splitlines()[0][:300]})")
+        except (ExportExistsError, OSError, ValueError) as err:  # keep the work, say where
+            _err(f"{path}: " + rescue_note(transcript, path, f"the export failed ({err})"))
             failed += 1
     for note in model.runtime.notes[notes_shown:]:
         _err(note)

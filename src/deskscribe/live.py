@@ -301,8 +301,15 @@ class LiveSession:
         self._audio.put(mix({t: tracks[t][:n] for t in self.tracks}))
 
     def _transcribe_loop(self) -> None:
+        try:
+            self._transcribe_until_stop()
+        finally:
+            self._finish()
+
+    def _transcribe_until_stop(self) -> None:
         last_save = time.monotonic()
         ended = False
+        failures = 0
         while not ended:
             items = [self._audio.get()]
             while True:  # take everything waiting: one decode covers it all
@@ -323,17 +330,28 @@ class LiveSession:
             # More than two steps of audio arrived during the last decode: the machine is not
             # keeping up, so skip the tentative pass and let utterance ends commit the text.
             keeping_up = fed <= 2 * self.options.streaming.step_seconds * SAMPLE_RATE
-            if ended:
-                update = self.transcriber.finish()
-            else:
-                update = self.transcriber.process(interim=keeping_up)
+            try:
+                if ended:
+                    update = self.transcriber.finish()
+                else:
+                    update = self.transcriber.process(interim=keeping_up)
+            except Exception as exc:  # the recording goes on; the text of this pass is lost
+                log.exception("a live transcription pass failed")
+                failures += 1
+                if failures in (1, 10, 100):
+                    self._emit(
+                        Problem(
+                            f"transcription failed ({exc}); the recording goes on and can be "
+                            "transcribed again from the session"
+                        )
+                    )
+                continue
             self._publish(update)
             since = time.monotonic() - last_save
             closed = any(seg.id != update.open_id for seg in update.segments)
             if ended or since >= self.options.autosave_seconds or (closed and since >= 1.0):
                 self._autosave()
                 last_save = time.monotonic()
-        self._finish()
 
     def _publish(self, update: StreamUpdate) -> None:
         with self._lock:
@@ -357,17 +375,24 @@ class LiveSession:
             self._emit(Problem(f"could not autosave the transcript: {exc}"))
 
     def _finish(self) -> None:
+        """Close the recording and send ``Stopped``, whatever fails on the way (a window
+        waiting for it must always be able to close)."""
         try:
-            if self._recorder is not None:
-                self._recorder.close()
-        except (RecorderError, OSError) as exc:
-            self._emit(Problem(f"could not finish the session files: {exc}"))
-        if self._refine_speakers():
-            self._autosave()
-        self._transcript = self.transcript()
-        self.state = "stopped"
-        self._emit(Stopped(self._transcript, self.folder, self._reason))
-        self._done.set()
+            try:
+                if self._recorder is not None:
+                    self._recorder.close()
+            except (RecorderError, OSError) as exc:
+                self._emit(Problem(f"could not finish the session files: {exc}"))
+            try:
+                if self._refine_speakers():
+                    self._autosave()
+            except Exception:  # the live labels and the autosaved text stay
+                log.exception("finishing the speaker labels failed")
+        finally:
+            self._transcript = self.transcript()
+            self.state = "stopped"
+            self._emit(Stopped(self._transcript, self.folder, self._reason))
+            self._done.set()
 
     def _refine_speakers(self) -> bool:
         """At Stop, one offline pass over the whole recording refines the live speaker labels

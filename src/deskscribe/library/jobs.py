@@ -18,7 +18,8 @@ from typing import Any
 
 from ..transcript import Transcript
 from ..transcript.export import FORMATS, export
-from .db import Library
+from .db import Library, LibraryError
+from .rescue import rescue_note
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +224,15 @@ def run_file_job(
         log.exception("file job %s failed", item_id)
         return _failed(library, item_id, f"Unexpected error ({type(e).__name__}: {e})")
 
-    library.save_transcript(item_id, transcript)
+    try:
+        library.save_transcript(item_id, transcript)
+    except (LibraryError, OSError) as e:  # the work is done: keep it somewhere, say where
+        message = rescue_note(
+            transcript, source, f"Transcribed, but the library could not save it ({e})"
+        )
+        with contextlib.suppress(LibraryError, OSError):
+            library.update(item_id, status="failed", error=message)
+        return JobOutcome(item_id, "failed", error=message, transcript=transcript)
     outcome = JobOutcome(item_id, "done", error=" ".join(notes) or None, transcript=transcript)
     if export_options is not None and export_options.automatic:
         try:

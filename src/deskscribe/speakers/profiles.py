@@ -90,13 +90,18 @@ def _read(path: Path) -> list[VoiceProfile]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON
         raise ProfileError(
             f"cannot read the voice profiles in {path} ({e}); move the file away to start afresh"
         ) from e
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise ProfileError(f"{path} is not a DeskScribe voice-profile file")
-    if int(data.get("version", 0)) > FORMAT_VERSION:
+    version = data.get("version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ProfileError(
+            f"{path} has an invalid version ({version!r}); move the file away to start afresh"
+        )
+    if version > FORMAT_VERSION:
         raise ProfileError(f"{path} was written by a newer DeskScribe; update to use it")
     try:
         return [VoiceProfile.from_dict(p) for p in data.get("profiles", [])]
