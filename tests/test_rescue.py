@@ -77,3 +77,49 @@ def test_a_broken_profile_file_is_a_profile_error(data: Path, content: bytes) ->
     with pytest.raises(ProfileError, match="move the file away"):
         list_profiles()
     assert path.read_bytes() == content  # never overwritten
+
+
+def _recorded_session(words: str) -> Path:
+    import numpy as np
+
+    from deskscribe.audio.recorder import SessionRecorder
+    from deskscribe.transcript import Segment, Transcript
+
+    with SessionRecorder(chunk_seconds=1.0, meta={"title": "Standup"}) as rec:
+        rec.write("mic", np.full(24000, 0.05, np.float32))
+        rec.save_transcript(Transcript([Segment(0.0, 1.5, " " + words)], duration=1.5).to_dict())
+        return rec.folder
+
+
+def test_a_stopped_session_the_library_never_got_is_offered_at_start(data: Path) -> None:
+    """Stop's library save failed (or the session came from `deskscribe live`, or a restore
+    was cut short): the recording is stopped, not interrupted, and still offered."""
+    from deskscribe.audio.sessions import list_sessions
+    from deskscribe.gui.recovery import look_for_interrupted, restore_session
+
+    folder = _recorded_session("the budget is approved")
+    assert list_sessions()[0].state == "stopped"
+    library = Library()
+    try:
+        offered = look_for_interrupted(library).sessions
+        assert [s.folder for s in offered] == [folder]
+        item = restore_session(library, offered[0])
+        assert "budget" in library.load_transcript(item).segments[0].text
+        assert look_for_interrupted(library).sessions == []  # in the library now: not again
+    finally:
+        library.close()
+
+
+def test_sessions_recover_never_replaces_what_is_there(data: Path, tmp_path: Path) -> None:
+    folder = _recorded_session("keep the autosave")
+    autosaved = (folder / "transcript.json").read_bytes()
+    for _ in range(2):
+        r = run_cli(
+            ["sessions", "recover", "latest", "--format", "json"],
+            tmp_path / "store",
+            DESKSCRIBE_DATA_DIR=str(data),
+        )
+        assert r.returncode == 0, r.stderr
+    assert (folder / "transcript.json").read_bytes() == autosaved
+    assert (folder / "transcript (2).json").is_file() and (folder / "transcript (3).json").is_file()
+    assert (folder / "audio.flac").is_file() and (folder / "audio (2).flac").is_file()

@@ -254,9 +254,34 @@ def _run(session, args: argparse.Namespace, tty: bool) -> int:
         print("\r\033[K", end="")
     if stopped.folder is not None:
         print(f"session saved in {stopped.folder}", file=sys.stderr)
+        _add_to_library(stopped, args.title)
     if args.format and stopped.transcript.segments:
         _export(stopped.transcript, args.format, args.output_dir or Path.cwd(), "live")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _add_to_library(stopped, title: str | None) -> None:
+    """The session shows in the app's library like one recorded there. If the library cannot
+    take it now, the app offers the session at its next start (it lists every session folder
+    no library item holds)."""
+    from datetime import datetime
+
+    from .library.db import Library, LibraryError
+
+    try:
+        library = Library()
+        try:
+            item = library.add_live_session(
+                stopped.folder,
+                title or f"Live session {datetime.now():%Y-%m-%d %H:%M}",
+                None,
+                stopped.transcript.duration,
+            )
+            library.save_transcript(item, stopped.transcript)
+        finally:
+            library.close()
+    except (LibraryError, OSError) as err:
+        _err(f"not added to the library ({err}); the app offers it at its next start")
 
 
 def _show(event, tty: bool) -> None:
@@ -273,6 +298,9 @@ def _show(event, tty: bool) -> None:
 
 
 def _export(transcript, formats: str, out_dir: Path, stem: str) -> list[Path]:
+    """Write ``stem.<fmt>`` files; an existing file is never replaced (``stem (2).<fmt>``):
+    in a session folder, ``transcript.json`` is the autosaved text itself."""
+    from .library.jobs import unique_path
     from .transcript.export import FORMATS, export
 
     written = []
@@ -281,8 +309,8 @@ def _export(transcript, formats: str, out_dir: Path, stem: str) -> list[Path]:
         if fmt not in FORMATS:
             _err(f"unknown format {fmt}; use any of: {','.join(FORMATS)}")
             continue
-        target = out_dir / f"{stem}.{fmt}"
-        export(transcript, target, fmt, overwrite=True)
+        target = unique_path(out_dir / f"{stem}.{fmt}")
+        export(transcript, target, fmt, overwrite=False)
         print(target, file=sys.stderr)
         written.append(target)
     return written
@@ -312,6 +340,7 @@ def sessions(args: argparse.Namespace) -> int:
 
 def _recover(args: argparse.Namespace, infos: list) -> int:
     from .audio.sessions import export_audio, recover
+    from .library.jobs import unique_path
     from .transcript import Transcript
 
     match = infos[:1] if args.session == "latest" else [i for i in infos if i.id == args.session]
@@ -320,7 +349,7 @@ def _recover(args: argparse.Namespace, infos: list) -> int:
         return EXIT_USAGE
     found = recover(match[0].folder)
     out_dir = args.output_dir or found.folder
-    audio = export_audio(found.folder, out_dir / "audio.flac")
+    audio = export_audio(found.folder, unique_path(out_dir / "audio.flac"))
     print(f"audio: {audio} ({_stamp(found.duration_s)})", file=sys.stderr)
     if found.transcript:
         saved = Transcript.from_dict(found.transcript)

@@ -128,6 +128,19 @@ def find_interrupted(root: Path | None = None) -> list[SessionInfo]:
     return [i for i in list_sessions(root) if i.interrupted]
 
 
+def unlisted_sessions(listed: set[Path], root: Path | None = None) -> list[SessionInfo]:
+    """Sessions to offer for restoring: interrupted ones, and finished ones whose folder is
+    not in ``listed`` (the library's), so that no recording can become invisible. Sessions
+    a process is recording now are left alone."""
+    out = []
+    for info in list_sessions(root):
+        if info.interrupted or (
+            info.state not in LIVE_STATES and info.folder.resolve() not in listed
+        ):
+            out.append(info)
+    return out
+
+
 def recover(folder: Path) -> RecoveredSession:
     """Read back everything a session has on disk, and tidy it up; safe to call again.
 

@@ -37,10 +37,12 @@ class Interrupted:
 
 
 def look_for_interrupted(library: Library) -> Interrupted:
-    """Live sessions no process holds that never finished, and file jobs left queued/running."""
-    from ..audio.sessions import find_interrupted
+    """Live sessions no process holds that never finished or that no library item holds (a
+    save that failed at Stop, a restore cut short, a session of ``deskscribe live``), and file
+    jobs left queued/running."""
+    from ..audio.sessions import unlisted_sessions
 
-    return Interrupted(find_interrupted(), library.unfinished_jobs())
+    return Interrupted(unlisted_sessions(library.live_folders()), library.unfinished_jobs())
 
 
 def recovered_transcript(data: dict | None, duration: float, source: str) -> Transcript:

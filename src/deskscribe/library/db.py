@@ -249,6 +249,11 @@ class Library:
         rows = self._db().execute(sql + " ORDER BY created DESC, id DESC", args).fetchall()
         return [_item(r) for r in rows]
 
+    def live_folders(self) -> set[Path]:
+        """The session folders of every live item (resolved)."""
+        rows = self._db().execute("SELECT source FROM items WHERE kind = 'live'").fetchall()
+        return {Path(r[0]).resolve() for r in rows if r[0]}
+
     def unfinished_jobs(self) -> list[Item]:
         """File jobs still queued, or running when the app stopped (oldest first)."""
         rows = self._db().execute(
