@@ -305,3 +305,15 @@ def test_a_safetensors_index_pointing_elsewhere_is_a_checkpoint_error(
     (folder / "model.safetensors.index.json").write_text(_json.dumps(index))
     with pytest.raises(CheckpointError, match="outside its folder"):
         load_checkpoint(folder)
+
+
+def test_the_saved_token_never_goes_to_a_custom_endpoint(
+    hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HF_TOKEN (or `hf auth login`) is for huggingface.co: a mirror set in HF_ENDPOINT does
+    not get it. A token given explicitly for that endpoint still goes (test above)."""
+    monkeypatch.setenv("HF_TOKEN", "hf_saved_secret")
+    download_files(REPO, ["config.json"], tmp_path / "dl", endpoint=hub.url)
+    assert list_repo_files(REPO, endpoint=hub.url)
+    seen = [h for m in ("HEAD", "GET") for h in hub.seen(m, "/")]
+    assert seen and all("authorization" not in h for h in seen), seen

@@ -6,6 +6,7 @@ aside (``settings.json.broken``) rather than silently overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -52,8 +53,11 @@ def load() -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, json.JSONDecodeError):
-        os.replace(path, path.with_name(path.name + ".broken"))
+    except ValueError:  # not UTF-8 or not JSON: kept aside as .broken, defaults from now on
+        with contextlib.suppress(OSError):
+            os.replace(path, path.with_name(path.name + ".broken"))
+        return {}
+    except OSError:  # unreadable for now (permissions, a disk away): the file stays as it is
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -228,7 +228,7 @@ class Library:
         if kind is not None:
             where.append("kind = ?")
             args.append(kind)
-        words = text.split()
+        words = text.replace("\x00", " ").split()  # SQLite cuts text at a NUL
         if words and self._fts():
             query = " ".join('"' + w.replace('"', '""') + '"*' for w in words)
             where.append(f"id IN (SELECT rowid FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH ?)")

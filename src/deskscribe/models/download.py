@@ -112,9 +112,9 @@ def list_repo_files(
     """The files of ``repo_id`` at ``revision``, with sizes and (for LFS files) sha256."""
     _refuse_if_offline(repo_id)
     with _hub_errors(repo_id, revision):
-        info = HfApi(endpoint=_endpoint(endpoint), token=token).model_info(
-            repo_id, revision=revision, files_metadata=True
-        )
+        info = HfApi(
+            endpoint=_endpoint(endpoint), token=_token_for(_endpoint(endpoint), token)
+        ).model_info(repo_id, revision=revision, files_metadata=True)
     return [
         RepoFile(
             path=s.rfilename,
@@ -155,7 +155,7 @@ def download_files(
     _refuse_if_offline(repo_id)
     dest.mkdir(parents=True, exist_ok=True)
     with _locked(dest / ".lock", cancel):
-        headers = build_hf_headers(token=token)
+        headers = build_hf_headers(token=_token_for(_endpoint(endpoint), token))
         remotes = _resolve(repo_id, files, revision, _endpoint(endpoint), headers)
         done = _read_done(dest)
         todo = [r for r in remotes if not _is_finished(dest, r, done)]
@@ -180,6 +180,18 @@ def download_files(
 
 def _endpoint(endpoint: str | None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+OFFICIAL_HUB = "https://huggingface.co"
+
+
+def _token_for(endpoint: str, token: str | None) -> str | bool | None:
+    """The token to send: one given explicitly goes where it was given for; the token saved
+    on this computer (``hf auth login``, ``HF_TOKEN``) only to the official hub, never to a
+    custom ``HF_ENDPOINT`` or mirror (False: send none)."""
+    if token is not None:
+        return token
+    return None if endpoint == OFFICIAL_HUB else False
 
 
 def _refuse_if_offline(repo_id: str) -> None:
@@ -242,7 +254,7 @@ def _resolve(
     with _hub_errors(repo_id, revision):
         for path in files:
             url = hf_hub_url(repo_id, path, revision=revision, endpoint=endpoint)
-            meta = get_hf_file_metadata(url, headers=headers, endpoint=endpoint)
+            meta = get_hf_file_metadata(url, token=False, headers=headers, endpoint=endpoint)
             if meta.etag is None or meta.commit_hash is None:
                 raise DownloadError(
                     f"{endpoint} did not answer like a Hugging Face hub for {repo_id}/{path}; "

@@ -17,6 +17,7 @@ PyTorch layout ``[out_features, in_features]``.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -283,7 +284,18 @@ def _ct2_parts(folder: Path) -> list[Path]:
 
 
 def read_ct2_variables(paths: list[Path]) -> Iterator[tuple[str, np.ndarray]]:
-    """Stream ``(name, array)`` from a CTranslate2 model.bin (v6), then its aliases."""
+    """Stream ``(name, array)`` from a CTranslate2 model.bin (v6), then its aliases. A damaged
+    or crafted file is a ``CheckpointError``, whatever is wrong in it."""
+    try:
+        yield from _ct2_variables(paths)
+    except (ValueError, struct.error, KeyError, MemoryError, OverflowError) as e:
+        raise CheckpointError(
+            f"{paths[0].parent}: the CTranslate2 model file is damaged or not one "
+            f"({type(e).__name__}: {e}); download or convert it again"
+        ) from None
+
+
+def _ct2_variables(paths: list[Path]) -> Iterator[tuple[str, np.ndarray]]:
     stream = _JoinedParts(paths)
     try:
         (version,) = struct.unpack("<I", stream.read(4))
@@ -304,6 +316,8 @@ def read_ct2_variables(paths: list[Path]) -> Iterator[tuple[str, np.ndarray]]:
                 raise CheckpointError(
                     f"{name}: unsupported CTranslate2 dtype id {dtype_id} (bfloat16?)"
                 )
+            if math.prod(shape) * np.dtype(dtype).itemsize != nbytes:
+                raise CheckpointError(f"{name}: shape {shape} does not match its {nbytes} bytes")
             array = np.frombuffer(stream.read(nbytes), dtype=dtype).reshape(shape)
             arrays[name] = array
             yield name, array

@@ -8,6 +8,7 @@ voice-profile file that is not UTF-8 or has a bad version.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,60 @@ def test_sessions_recover_never_replaces_what_is_there(data: Path, tmp_path: Pat
     assert (folder / "transcript.json").read_bytes() == autosaved
     assert (folder / "transcript (2).json").is_file() and (folder / "transcript (3).json").is_file()
     assert (folder / "audio.flac").is_file() and (folder / "audio (2).flac").is_file()
+
+
+def test_unreadable_settings_never_stop_the_app_nor_lose_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deskscribe import settings
+
+    path = tmp_path / "settings.json"
+    monkeypatch.setenv(settings.ENV_FILE, str(path))
+    path.write_bytes(b'{"language": "d\xe9"}')  # Latin-1, not UTF-8
+    assert settings.load() == {}
+    assert (tmp_path / "settings.json.broken").read_bytes() == b'{"language": "d\xe9"}'
+    path.write_text('{"language": "de"}')
+    path.chmod(0)
+    if os.geteuid() != 0:  # root reads anything; elsewhere an unreadable file stays put
+        assert settings.load() == {} and path.exists()
+    path.chmod(0o600)
+    assert settings.get("language") == "de"
+
+
+def test_a_nul_in_the_library_search_finds_instead_of_failing(tmp_path: Path) -> None:
+    from deskscribe.transcript import Segment, Transcript
+
+    library = Library(tmp_path / "library.sqlite3")
+    media = tmp_path / "board.wav"
+    media.write_bytes(b"x")
+    item = library.add_file(media, {})
+    library.save_transcript(item, Transcript([Segment(0, 1, " the quarterly budget")]))
+    assert [i.id for i in library.search("budget\x00")] == [item]
+    assert [i.id for i in library.search("\x00")] == [i.id for i in library.search("")]
+    library.close()
+
+
+def test_a_crafted_ct2_file_is_a_checkpoint_error(tiny_ct2: Path, tmp_path: Path) -> None:
+    """A shape that asks for terabytes, or bytes that are not a model, are reported as a
+    damaged model file, not as MemoryError/struct.error/ValueError."""
+    import struct
+
+    from deskscribe.whisper.weights import CheckpointError, load_checkpoint
+
+    def name(s: str) -> bytes:
+        raw = s.encode() + b"\0"
+        return struct.pack("<H", len(raw)) + raw
+
+    folder = tmp_path / "crafted"
+    folder.mkdir()
+    for f in ("config.json", "tokenizer.json", "vocabulary.json"):
+        if (tiny_ct2 / f).exists():
+            (folder / f).symlink_to(tiny_ct2 / f)
+    huge = struct.pack("<B", 2) + struct.pack("<2I", 1 << 20, 1 << 20) + struct.pack("<BI", 0, 16)
+    header = struct.pack("<I", 6) + name("whisper") + struct.pack("<II", 1, 1)
+    (folder / "model.bin").write_bytes(header + name("x") + huge + bytes(16))
+    with pytest.raises(CheckpointError, match="does not match"):
+        load_checkpoint(folder)
+    (folder / "model.bin").write_bytes(header + b"\xff")  # cut inside a name
+    with pytest.raises(CheckpointError):
+        load_checkpoint(folder)
