@@ -188,6 +188,7 @@ def transcribe_blocks(
         info.language = forced
     language = last_language = forced
     spoken: list[tuple[str | None, float]] = []  # (language, seconds) per segment
+    last_text = ""  # the newest segment's text (for _copies_prompt)
     all_tokens: list[int] = list(plan.initial)
     prompt_reset = 0
     seek = 0  # in samples
@@ -251,6 +252,9 @@ def transcribe_blocks(
             text = tk.decode([t for t in toks if t < tk.eot])
             if not any(ch.isalnum() for ch in text) or start_s >= window_seconds:
                 continue  # punctuation alone, or a timestamp past the end of the audio
+            if _copies_prompt(text, last_text, result, opt):
+                continue
+            last_text = text
             window_segments.append(
                 Segment(
                     id=seg_id,
@@ -286,6 +290,16 @@ def transcribe_blocks(
         if not forced:
             info.language = main_language(spoken) or info.language
         yield from window_segments
+
+
+def _copies_prompt(text: str, previous: str, result: DecodingResult, opt: TranscribeOptions) -> bool:
+    """The segment repeats the one before it word for word while the model itself says the
+    window holds no speech: Whisper copying its prompt over silence or noise (on the real
+    call, "Oh, I don't hear that in New Jersey now." twice at the end), not a second saying."""
+    if opt.no_speech_threshold is None or result.no_speech_prob <= opt.no_speech_threshold:
+        return False
+    words = [w.strip(".,!?;:").lower() for w in text.split()]
+    return bool(words) and words == [w.strip(".,!?;:").lower() for w in previous.split()]
 
 
 def check_languages(tk, languages: tuple[str, ...]) -> None:
