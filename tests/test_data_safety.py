@@ -181,3 +181,32 @@ def test_a_crafted_ct2_file_is_a_checkpoint_error(tiny_ct2: Path, tmp_path: Path
     (folder / "model.bin").write_bytes(header + b"\xff")  # cut inside a name
     with pytest.raises(CheckpointError):
         load_checkpoint(folder)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff\xfe\x80 not utf-8", b'{"format": "deskscribe-voice-profiles", "version": "2"}'],
+    ids=["not-utf8", "bad-version"],
+)
+def test_file_job_with_a_broken_profile_file_keeps_its_transcript(
+    tiny_model, speaker_model: Path, speech_dir: Path, data: Path, tmp_path: Path, content: bytes
+) -> None:
+    from deskscribe.library.jobs import job_options
+    from deskscribe.speakers.encoder import SpeakerEncoder
+
+    path = profiles_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    wav = espeak(SPOKEN, speech_dir / "rescue.wav")
+    library = Library(tmp_path / "lib" / "library.sqlite3")
+    try:
+        item = library.add_file(wav, job_options("tiny.en", "en", "auto"))
+        outcome = run_file_job(
+            library, item, lambda _n: tiny_model, load_encoder=lambda: SpeakerEncoder(speaker_model)
+        )
+        assert outcome.status == "done", outcome.error
+        assert "transcript safe" in normalize(" ".join(s.text for s in outcome.transcript.segments))
+        assert library.get(item).has_transcript
+    finally:
+        library.close()
+    assert path.read_bytes() == content

@@ -37,6 +37,7 @@ from typing import TypeVar
 import numpy as np
 import onnxruntime as ort
 
+from ..fsutil import UnsafePathError, inside
 from ..whisper.model import RUN_ERRORS
 from ..whisper.runtime import Runtime
 from . import features
@@ -64,7 +65,7 @@ def read_manifest(folder: Path) -> dict:
     """The manifest of a speaker model folder, or :class:`SpeakerModelError`."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:
         raise SpeakerModelError(
             f"{folder} is not a speaker model ({err}); install one with "
             "`deskscribe models install-speaker-starter` or `deskscribe models download wespeaker`"
@@ -85,7 +86,12 @@ class SpeakerEncoder:
         self.sample_rate: int = int(self.manifest.get("sample_rate", SAMPLE_RATE))
         if self.sample_rate != SAMPLE_RATE:
             raise SpeakerModelError(f"{self.folder}: only 16 kHz speaker models are supported")
-        self.onnx_path = self.folder / self.manifest.get("onnx_file", "encoder.onnx")
+        try:
+            self.onnx_path = inside(
+                self.folder, str(self.manifest.get("onnx_file", "encoder.onnx")), resolve=False
+            )
+        except UnsafePathError as err:
+            raise SpeakerModelError(f"{self.folder}: {err}") from None
         if not self.onnx_path.is_file():
             raise SpeakerModelError(
                 f"{self.onnx_path} is missing; install the speaker model again with --overwrite"

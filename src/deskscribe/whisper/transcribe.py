@@ -292,7 +292,9 @@ def transcribe_blocks(
         yield from window_segments
 
 
-def _copies_prompt(text: str, previous: str, result: DecodingResult, opt: TranscribeOptions) -> bool:
+def _copies_prompt(
+    text: str, previous: str, result: DecodingResult, opt: TranscribeOptions
+) -> bool:
     """The segment repeats the one before it word for word while the model itself says the
     window holds no speech: Whisper copying its prompt over silence or noise (on the real
     call, "Oh, I don't hear that in New Jersey now." twice at the end), not a second saying."""
