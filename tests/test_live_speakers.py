@@ -171,3 +171,34 @@ def test_committed_batches_get_the_right_live_labels(name, tiny_model, speaker_m
         # the runs have one extra label from a short run.
         assert accuracy >= 0.9, (how, seed, accuracy)
         assert len(conv.speakers) <= count <= len(conv.speakers) + 1, (how, seed, count)
+
+
+def test_a_broken_profile_file_at_stop_still_stops_with_the_text(
+    pulse, tiny_model, speaker_model, speech_dir, data_dir
+):
+    """The pass at Stop reads the voice profiles; a file that is not UTF-8 used to escape it,
+    so Stopped never came and the window could not close. Now: Stopped, the text kept, and
+    the file left as it was."""
+    from deskscribe.speakers.profiles import profiles_path
+
+    broken = b"\xff\xfe\x80 not a profile file"
+    profiles_path().parent.mkdir(parents=True, exist_ok=True)
+    profiles_path().write_bytes(broken)
+    conv = build("two", speech_dir / "conversations")
+    monitor = pulse.add_null_sink("live_broken_profiles")
+    session = LiveSession(
+        tiny_model,
+        LiveOptions(source="system", system=find_device("system", monitor)),
+        speaker_encoder=SpeakerEncoder(speaker_model),
+    )
+    session.start()
+    next_event(session, Started, 30)
+    player = pulse.play(conv.path, "live_broken_profiles")
+    assert player.wait(timeout=300) == 0
+    time.sleep(1.5)
+    session.stop()
+    stopped = next_event(session, Stopped, 180)
+    words = " ".join(s.text for s in stopped.transcript.segments).split()
+    assert len(words) >= 10, stopped.transcript.segments
+    assert (stopped.folder / "transcript.json").is_file()
+    assert profiles_path().read_bytes() == broken

@@ -417,14 +417,13 @@ def _transcribe(args: argparse.Namespace) -> int:
     from .models.store import ModelNotInstalledError, resolve_model
     from .transcript.export import FORMATS, ExportExistsError, export
     from .whisper.decoding import DecodingError
-    from .whisper.languages import parse_languages
     from .whisper.model import RUN_ERRORS, ModelNotBuiltError, WhisperModel
     from .whisper.prompt import plan_prompt
     from .whisper.runtime import DeviceError
     from .whisper.transcribe import (
         TranscribeOptions,
         batching_fits,
-        check_languages,
+        language_set,
         transcribe_file,
     )
 
@@ -451,9 +450,8 @@ def _transcribe(args: argparse.Namespace) -> int:
     for note in model.runtime.notes:
         _err(note)
     try:
-        languages = parse_languages(args.languages)
-        check_languages(model.tokenizer, languages)
-    except (ValueError, DecodingError) as err:
+        languages = language_set(args.languages, model.tokenizer)
+    except DecodingError as err:
         _err(str(err))
         return EXIT_USAGE
     options = TranscribeOptions(

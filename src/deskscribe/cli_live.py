@@ -132,11 +132,10 @@ def live(args: argparse.Namespace) -> int:
     from .live import LiveOptions, LiveSession
     from .models.store import ModelNotInstalledError, resolve_model
     from .whisper.decoding import DecodingError
-    from .whisper.languages import parse_languages
     from .whisper.model import ModelNotBuiltError, WhisperModel
     from .whisper.runtime import DeviceError
     from .whisper.streaming import StreamingOptions
-    from .whisper.transcribe import check_languages
+    from .whisper.transcribe import language_set
 
     try:
         if args.list_devices:
@@ -161,9 +160,8 @@ def live(args: argparse.Namespace) -> int:
         _err(str(err))
         return EXIT_USAGE
     try:
-        languages = parse_languages(args.languages)
-        check_languages(model.tokenizer, languages)
-    except (ValueError, DecodingError) as err:
+        languages = language_set(args.languages, model.tokenizer)
+    except DecodingError as err:
         _err(str(err))
         return EXIT_USAGE
     for info in find_interrupted():

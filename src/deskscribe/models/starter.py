@@ -11,7 +11,6 @@ not match stops the install with ``StarterChecksumError``.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import tempfile
@@ -19,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import build_model
+from .build import build_model, sha256_file
 from .store import store_dir
 
 
@@ -131,7 +130,7 @@ def checked_files(starter: Starter, folders: list[Path]) -> list[Path]:
                 f"the {starter.name} starter is incomplete: {file_name} is missing from "
                 f"{', '.join(map(str, folders))}; nothing was installed. Reinstall it: {reinstall}"
             )
-        actual = _sha256(path)
+        actual = sha256_file(path)
         if actual != expected:
             raise StarterChecksumError(
                 f"{path} is not the file of the released {starter.name} starter package "
@@ -140,14 +139,6 @@ def checked_files(starter: Starter, folders: list[Path]) -> list[Path]:
             )
         found.append(path)
     return found
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -31,7 +31,7 @@ from .decoding import (
 )
 from .features import FRAME_SECONDS, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel
 from .language_runs import SURE, language_runs
-from .languages import choose, main_language
+from .languages import choose, main_language, parse_languages
 from .model import AudioFeatures, WhisperModel
 from .prompt import plan_prompt
 
@@ -302,6 +302,16 @@ def _copies_prompt(
         return False
     words = [w.strip(".,!?;:").lower() for w in text.split()]
     return bool(words) and words == [w.strip(".,!?;:").lower() for w in previous.split()]
+
+
+def language_set(text: str | None, tk) -> tuple[str, ...]:
+    """``--languages en,de`` → the codes, checked against the model (DecodingError: why not)."""
+    try:
+        codes = parse_languages(text)
+    except ValueError as err:
+        raise DecodingError(str(err)) from None
+    check_languages(tk, codes)
+    return codes
 
 
 def check_languages(tk, languages: tuple[str, ...]) -> None:
