@@ -26,7 +26,7 @@ from .chunking import Chunk, speech_chunks
 from .decoding import DecodingOptions, DecodingResult, TranscriptionCancelled, WindowDecoder
 from .features import FRAME_SECONDS, N_SAMPLES, SAMPLE_RATE
 from .language_runs import SURE, encode_windows, language_runs
-from .languages import choose, main_language, settle
+from .languages import add_spoken, choose, main_language, settle
 from .model import RUN_ERRORS, AudioFeatures, WhisperModel
 from .prompt import plan_prompt
 from .transcribe import (
@@ -34,6 +34,7 @@ from .transcribe import (
     TranscribeOptions,
     TranscriptionInfo,
     decoding_options,
+    forced_language,
     is_silence,
     needs_fallback,
 )
@@ -121,12 +122,10 @@ def transcribe_batched(
     takes whole batches. Segments come out chunk by chunk, in order.
     """
     tk = model.tokenizer
-    language = options.language if tk.multilingual else "en"
-    if not language and len(options.languages) == 1:
-        language = options.languages[0]
+    language = forced_language(tk, options)
     if language and info is not None:
         info.language = language
-    spoken: list[tuple[str | None, float]] = []
+    spoken: dict[str, float] = {}  # seconds of segments per language
     batch_size = options.batch_size or auto_batch_size(model)
     lanes = decoding_lanes(model, batch_size)
     lane_model = model.single_threaded() if lanes > 1 else model
@@ -151,9 +150,9 @@ def transcribe_batched(
             for seg in segments:
                 seg.id = seg_id
                 seg_id += 1
-                spoken.append((seg.language, seg.end - seg.start))
+                add_spoken(spoken, seg.language, seg.end - seg.start)
             if not language and info is not None:
-                info.language = main_language(spoken) or info.language
+                info.language = main_language(spoken.items()) or info.language
             yield from segments
             report(chunk.file_end)
     finally:
@@ -410,9 +409,9 @@ def _lane(model, chunks, language, options, prompt, halt):
 
     With no language given, each chunk is decoded in the language detected on its own
     speech (an unsure chunk takes a sure neighbour's). A chunk that may hold a change of
-    language (its detection is not sure, or a neighbour's language differs) is split into
-    its speech regions, each region's language detected, and each run of one language
-    decoded on its own: a meeting that moves from English to German gets both, neither
+    language (its detection is not sure, or a neighbour's language differs) is cut at pauses
+    into ~6 s spans (``language_runs``), each span's language detected, and each run of one
+    language decoded on its own: a meeting that moves from English to German gets both, neither
     translated. Chunks of one language are decoded together.
     """
     features = encode_chunks(model, chunks)

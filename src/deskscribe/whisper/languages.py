@@ -98,6 +98,12 @@ def settle(parts: list[Detected], before: str | None = None) -> list[str]:
     return out
 
 
+def add_spoken(totals: dict[str, float], language: str | None, seconds: float) -> None:
+    """Count ``seconds`` of speech in ``language`` into running ``totals``."""
+    if language:
+        totals[language] = totals.get(language, 0.0) + max(seconds, 0.0)
+
+
 def main_language(parts: Iterable[tuple[str | None, float]]) -> str | None:
     """The language spoken longest, from (language, seconds) pairs."""
     totals: dict[str, float] = {}

@@ -31,7 +31,7 @@ from .decoding import (
 )
 from .features import FRAME_SECONDS, HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel
 from .language_runs import SURE, language_runs
-from .languages import choose, main_language, parse_languages
+from .languages import add_spoken, choose, main_language, parse_languages
 from .model import AudioFeatures, WhisperModel
 from .prompt import plan_prompt
 
@@ -181,13 +181,11 @@ def transcribe_blocks(
     info.path = "sequential"
     conditioned = opt.condition_on_previous_text is not False
     audio = _AudioWindow(blocks)
-    forced = opt.language if tk.multilingual else "en"
-    if not forced and len(opt.languages) == 1:
-        forced = opt.languages[0]
+    forced = forced_language(tk, opt)
     if forced:
         info.language = forced
     language = last_language = forced
-    spoken: list[tuple[str | None, float]] = []  # (language, seconds) per segment
+    spoken: dict[str, float] = {}  # seconds of segments per language
     last_text = ""  # the newest segment's text (for _copies_prompt)
     all_tokens: list[int] = list(plan.initial)
     prompt_reset = 0
@@ -286,10 +284,21 @@ def transcribe_blocks(
         if not conditioned or result.temperature > 0.5:
             prompt_reset = len(all_tokens)
         advance(advance_frames)
-        spoken += [(s.language, s.end - s.start) for s in window_segments]
+        for s in window_segments:
+            add_spoken(spoken, s.language, s.end - s.start)
         if not forced:
-            info.language = main_language(spoken) or info.language
+            info.language = main_language(spoken.items()) or info.language
         yield from window_segments
+
+
+def forced_language(tk, opt: TranscribeOptions) -> str | None:
+    """The one language for the whole input (given, the only one allowed, or English for an
+    English-only model); None: detected per part."""
+    if not tk.multilingual:
+        return "en"
+    if opt.language:
+        return opt.language
+    return opt.languages[0] if len(opt.languages) == 1 else None
 
 
 def _copies_prompt(
