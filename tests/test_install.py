@@ -39,7 +39,7 @@ def test_cancel_leaves_no_half_installed_model_and_resumes(hub, tmp_path: Path) 
     store = tmp_path / "store"
     cancel = threading.Event()
 
-    def progress(stage: str, done: float, total: float) -> None:
+    def progress(done: float, total: float, stage: str = "") -> None:
         if stage == "download" and 0 < done < total:
             cancel.set()
 
@@ -78,7 +78,7 @@ def test_disk_filling_up_is_reported_and_resumable(hub, small_disk: Path, when: 
     store = small_disk / "store"
     filler = small_disk / "someone-elses-big-file"
 
-    def fill_the_disk(stage: str, done: float, total: float) -> None:
+    def fill_the_disk(done: float, total: float, stage: str = "") -> None:
         # After the free-space check passed, another program takes all the space that is left.
         started = 15e6 < done < total if when == "download" else stage.startswith("build")
         if stage.startswith(when) and started and not filler.exists():

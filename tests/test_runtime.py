@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
+from deskscribe.errors import EngineError
 from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
 from deskscribe.whisper.features import log_mel
 from deskscribe.whisper.model import ModelNotBuiltError, WhisperModel
@@ -102,8 +103,9 @@ def test_a_run_failing_on_the_gpu_continues_on_the_cpu(tiny_fp32: Path, speech_d
 def test_a_failure_on_the_cpu_is_not_hidden(tiny_fp32: Path) -> None:
     model = WhisperModel(tiny_fp32, device="cpu")
     model.sessions = dataclasses.replace(model.sessions, encoder=_FailsOnce(model.sessions.encoder))
-    with pytest.raises(RuntimeException):
+    with pytest.raises(EngineError, match="Failed to allocate") as failure:
         model.encode(np.zeros((1, 80, 3000), dtype=np.float32))
+    assert isinstance(failure.value.__cause__, RuntimeException)  # ONNX Runtime's, wrapped
 
 
 def test_model_built_by_another_version_asks_for_a_rebuild(tiny_fp32: Path, tmp_path: Path) -> None:

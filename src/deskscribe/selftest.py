@@ -109,14 +109,18 @@ def _models_and_clip() -> bool:
         )
         return True
     _line(True, "models", ", ".join(m.name for m in models) + f" in {store_dir()}")
-    from .whisper.model import RUN_ERRORS, ModelNotBuiltError, WhisperModel
-    from .whisper.transcribe import TranscribeOptions, transcribe_file
+    from .errors import EngineError
+    from .service.files import transcribe_media
+    from .service.models import ModelCache
+    from .whisper.model import ModelNotBuiltError
+    from .whisper.transcribe import TranscribeOptions
 
     try:
-        model = WhisperModel(models[0].path)
-        transcript = transcribe_file(model, CLIP, TranscribeOptions(language="en", beam_size=None))
-    except (ModelNotBuiltError, *RUN_ERRORS) as err:
-        return _line(False, f"transcription with {models[0].name}", str(err).splitlines()[0])
+        model = ModelCache().model(str(models[0].path))
+        transcript = transcribe_media(model, CLIP, TranscribeOptions(language="en", beam_size=None))
+    except (ModelNotBuiltError, EngineError, MemoryError) as err:
+        first = (str(err) or type(err).__name__).splitlines()[0]
+        return _line(False, f"transcription with {models[0].name}", first)
     heard = " ".join("".join(c for c in transcript.text.lower() if c.isalnum() or c == " ").split())
     expected = set(CLIP_TEXT.split())
     matched = len(expected & set(heard.split())) / len(expected)

@@ -1,21 +1,29 @@
 """User settings: a small JSON file in the user config folder (platformdirs).
 
-Written atomically, so a crash never leaves a half-written file; an unreadable file is set
-aside (``settings.json.broken``) rather than silently overwritten.
+``current()`` is the typed :class:`Settings`, read once and read again only when the file
+changed (another process wrote it, e.g. ``deskscribe config``). ``save`` writes it atomically
+(``fsutil.write_atomic``: readable by this user only, the folder fsync'd), so a crash never
+leaves a half-written file; an unreadable file is set aside (``settings.json.broken``) rather
+than silently overwritten; keys this version does not know are kept.
+
+``get``, ``flag``, ``set_value`` and ``load`` are the key-by-key view: values read as they are
+stored, and text given to ``set_value`` ("true", "en,de") is parsed into the typed field.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
-import tempfile
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from platformdirs import user_config_dir
 
-from .fsutil import private_dir
+from .fsutil import private_dir, write_atomic
 
 ENV_FILE = "DESKSCRIBE_SETTINGS"
 KNOWN = {
@@ -47,23 +55,179 @@ def settings_path() -> Path:
     )
 
 
-def load() -> dict[str, Any]:
-    path = settings_path()
+# Stored as comma-separated text ("txt,srt"), as the app has always written them; other lists
+# are JSON lists. Older versions read either.
+_TEXT_LISTS = frozenset({"output_formats"})
+_YES, _NO = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+@dataclass
+class Settings:
+    """Every known setting, typed; ``None`` (or an empty list) is "not set": the default the
+    code using it applies. ``extra`` holds keys this version does not know (a newer version
+    wrote them): kept as they are on every save."""
+
+    models_dir: str | None = None
+    default_model: str | None = None
+    device: str | None = None
+    language: str | None = None
+    languages: list[str] = field(default_factory=list)
+    output_dir: str | None = None
+    output_formats: list[str] = field(default_factory=list)
+    export_automatically: bool = False
+    speakers: str | None = None
+    batched_files: bool = True
+    vocabulary: str | None = None
+    live_source: str | None = None
+    live_mic_device: str | None = None
+    live_system_device: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Settings:
+        """From the file's object; a value that does not read as its type counts as not set."""
+        known: dict[str, Any] = {}
+        for key in KNOWN:
+            if key in data:
+                with contextlib.suppress(ValueError):
+                    known[key] = parse(key, data[key])
+        return cls(**known, extra={k: v for k, v in data.items() if k not in KNOWN})
+
+    def to_json(self) -> dict[str, Any]:
+        """What the file holds: each setting that is not at its default, as stored, then the
+        unknown keys."""
+        defaults = Settings()
+        out = {
+            key: _stored(key, getattr(self, key))
+            for key in KNOWN
+            if getattr(self, key) != getattr(defaults, key)
+        }
+        out.update((k, v) for k, v in self.extra.items() if k not in KNOWN)
+        return out
+
+
+def parse(key: str, value: Any) -> Any:
+    """``value`` (as stored, as the app sets it, or text from ``deskscribe config``) as the
+    type of the setting ``key``: "true"/"false" for a yes/no, "en,de" for a list. ``None`` is
+    the default. ValueError (saying what to write) when it does not read as that type."""
+    default = getattr(Settings(), key)
+    if value is None:
+        return default
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _YES or text in _NO:
+            return text in _YES
+        raise ValueError(f"{key} is true or false, not {value!r}")
+    if isinstance(default, list):
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ValueError(f"{key} is a list separated by commas, such as en,de; not {value!r}")
+        return [str(v).strip() for v in items if str(v).strip()]
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError(f"{key} is text, not {value!r}")
+
+
+def _stored(key: str, value: Any) -> Any:
+    if isinstance(value, list):
+        return ",".join(value) if key in _TEXT_LISTS else list(value)
+    return value
+
+
+# --------------------------------------------------------------------------- the file, once
+
+_lock = threading.RLock()
+_cached: tuple[tuple, Settings] | None = None  # (the file's stamp when read, what it held)
+
+
+def _stamp(path: Path) -> tuple | None:
+    """What tells that the file changed (a save renames a new file into place: a new inode);
+    None when it cannot be told, and the file is read again."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return (str(path), None)
+    except OSError:
+        return None
+    return (str(path), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _read(path: Path) -> tuple[Settings, bool]:
+    """The settings in ``path``, and whether that is worth keeping until the file changes."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {}
+        return Settings(), True
     except ValueError:  # not UTF-8 or not JSON: kept aside as .broken, defaults from now on
         with contextlib.suppress(OSError):
             os.replace(path, path.with_name(path.name + ".broken"))
-        return {}
+        return Settings(), True
     except OSError:  # unreadable for now (permissions, a disk away): the file stays as it is
-        return {}
-    return data if isinstance(data, dict) else {}
+        return Settings(), False
+    return Settings.from_json(data if isinstance(data, dict) else {}), True
+
+
+def _settings() -> Settings:
+    """The cached settings (not a copy): read again only when the file changed."""
+    global _cached
+    with _lock:
+        path = settings_path()
+        stamp = _stamp(path)
+        if stamp is not None and _cached is not None and _cached[0] == stamp:
+            return _cached[1]
+        settings, keep = _read(path)
+        _cached = (stamp, settings) if keep and stamp is not None else None
+        return settings
+
+
+def current() -> Settings:
+    """The settings now (a copy: change it and ``save`` it to keep a change)."""
+    return copy.deepcopy(_settings())
+
+
+def save(settings: Settings) -> None:
+    """Write ``settings`` (readable by this user only), atomically; unknown keys kept."""
+    global _cached
+    with _lock:
+        path = settings_path()
+        private_dir(path.parent)
+        write_atomic(path, json.dumps(settings.to_json(), indent=2))
+        stamp = _stamp(path)
+        _cached = (stamp, copy.deepcopy(settings)) if stamp is not None else None
+
+
+# --------------------------------------------------------------------------- key by key
+
+
+def load() -> dict[str, Any]:
+    """The settings as the file holds them (``Settings.to_json``)."""
+    return _settings().to_json()
 
 
 def get(key: str, default: Any = None) -> Any:
-    return load().get(key, default)
+    """One setting as stored (``output_formats`` as "txt,srt", ``languages`` as a list), or
+    ``default`` when it is not set."""
+    settings = _settings()
+    if key not in KNOWN:
+        return settings.extra.get(key, default)
+    value = getattr(settings, key)
+    if value is None or value == []:
+        return default
+    return _stored(key, value)
+
+
+def text(key: str) -> str:
+    """One setting as ``deskscribe config`` shows and takes it: "en,de", "true", "" if unset."""
+    value = get(key)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 def flag(key: str, default: bool) -> bool:
@@ -71,32 +235,20 @@ def flag(key: str, default: bool) -> bool:
     value = get(key, None)
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
+    word = str(value).strip().lower()
+    if word in _YES:
         return True
-    if text in ("false", "0", "no", "off"):
+    if word in _NO:
         return False
     return default
 
 
 def set_value(key: str, value: Any) -> None:
-    """Set (or, with ``None``, remove) one setting."""
+    """Set (or, with ``None``, remove) one setting; text is parsed into its type (ValueError,
+    saying what to write, when it does not read as one)."""
     if key not in KNOWN:
         raise KeyError(f"unknown setting {key!r}; known: {', '.join(KNOWN)}")
-    data = load()
-    if value is None:
-        data.pop(key, None)
-    else:
-        data[key] = value
-    path = settings_path()
-    private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with _lock:
+        settings = current()
+        setattr(settings, key, parse(key, value))
+        save(settings)

@@ -37,7 +37,8 @@ from deskscribe.audio.devices import (
     sounddevice,
 )
 
-SAMPLE_RATE = 16000
+from ..audio_format import SAMPLE_RATE
+
 SILENCE_DB = -100.0  # level reported for digital silence and for no signal at all
 TRACKS = ("mic", "system")
 SOURCES = ("mic", "system", "both")

@@ -25,9 +25,11 @@ from typing import NamedTuple
 import av
 import numpy as np
 
+from ..audio_format import SAMPLE_RATE
+from ..errors import DeskScribeError
+
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
 _GAP_TOLERANCE_S = 0.05  # timestamp jitter below this is not a hole in the audio
 _MAX_GAP_FILL_S = 600.0  # a bigger jump is a timestamp reset, not missing audio
 # Scale the downmix so its coefficients sum to 1: stereo becomes (L + R) / 2 and 5.1 cannot clip.
@@ -36,7 +38,7 @@ _DOWNMIX = {"rematrix_maxval": "1.0"}
 StrPath = str | os.PathLike[str]
 
 
-class MediaError(Exception):
+class MediaError(DeskScribeError):
     """A media file cannot be transcribed; `str(err)` is a message fit for the user."""
 
     def __init__(self, path: StrPath, message: str) -> None:

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ..errors import DeskScribeError
+
 KINDS = ("mic", "system")
 PULSE_DEVICE = "pulse"  # the ALSA device of libasound2-plugins that talks to the sound server
 # The rate we ask the sound server for. A source's own rate is not known: pulsectl's
@@ -55,7 +57,7 @@ class InputDevice:
     samplerate: float  # the device's native rate; the capture resamples to 16 kHz
 
 
-class CaptureDeviceError(Exception):
+class CaptureDeviceError(DeskScribeError):
     """An input device cannot be listed, found or opened; `str(err)` says what to do."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DeskScribeError
 from .decode import SAMPLE_RATE, MediaError, decode_audio
 from .devices import CaptureDeviceError, sounddevice
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 Source = str | os.PathLike[str] | np.ndarray
 
 
-class PlaybackError(Exception):
+class PlaybackError(DeskScribeError):
     """Audio cannot be played; the message says why and what to do."""
 
 

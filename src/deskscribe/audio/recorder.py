@@ -21,6 +21,7 @@ from typing import Any
 import av
 import numpy as np
 
+from ..errors import DeskScribeError
 from ..fsutil import fsync_dir, private_dir
 from ..paths import sessions_dir
 from .session_files import (
@@ -46,7 +47,7 @@ _RESERVED = {"format", "version", "id", "created", "updated", "tracks", "sample_
 _RESERVED |= {"chunk_seconds", "state", "stop_reason", "chunks"}
 
 
-class RecorderError(Exception):
+class RecorderError(DeskScribeError):
     """Recording or recovery failed; `str(err)` is a message fit for the user."""
 
 

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import re
-import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Any
 import av
 import numpy as np
 
-from ..fsutil import fsync_dir
+from ..fsutil import fsync_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -58,31 +57,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """tmp + fsync + rename + fsync(dir): readers see the old file or the new, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_BINARY, 0o600)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        for attempt in range(50):
-            try:
-                os.replace(tmp, path)
-                break
-            except PermissionError:  # Windows: a reader has the old file open for a moment
-                if os.name != "nt" or attempt == 49:
-                    raise
-                time.sleep(0.02)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
 
 
 def encode_flac(blocks: Iterable[np.ndarray], sink: Any, rate: int) -> None:

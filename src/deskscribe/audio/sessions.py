@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,14 +14,13 @@ from pathlib import Path
 import av
 import numpy as np
 
-from ..fsutil import fsync_dir
+from ..fsutil import atomic_file
 from ..paths import sessions_dir
 from .recorder import FolderLock, RecorderDiskFullError, RecorderError, is_held
 from .session_files import (
     DISK_FULL,
     JOURNAL,
     LIVE_STATES,
-    O_BINARY,
     RESERVE,
     TRANSCRIPT,
     created_at,
@@ -235,18 +233,10 @@ def export_audio(folder: Path, out: Path, tracks: Sequence[str] | None = None) -
             yield np.rint(total / len(tracks)).astype(np.int16)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
     try:
-        encode_flac(mixed(), str(tmp), rate)  # PyAV raises av.OSError (an OSError) with errno
-        fd = os.open(tmp, os.O_RDWR | O_BINARY)  # Windows fsyncs writable handles only
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, out)
+        with atomic_file(out, private=False) as tmp:
+            encode_flac(mixed(), str(tmp), rate)  # PyAV raises av.OSError (an OSError), errno set
     except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         if e.errno in DISK_FULL:
             raise RecorderDiskFullError(
                 f"The disk is full at '{out.parent}'; nothing was exported. "
@@ -255,5 +245,4 @@ def export_audio(folder: Path, out: Path, tracks: Sequence[str] | None = None) -
         raise RecorderError(
             f"Could not write '{out}' ({e.strerror or e}). Choose another folder."
         ) from None
-    fsync_dir(out.parent)
     return out

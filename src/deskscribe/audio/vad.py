@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-SAMPLE_RATE = 16000
+from ..audio_format import SAMPLE_RATE
+
 FRAME = 512  # samples per VAD frame at 16 kHz (32 ms)
 CONTEXT = 64  # samples of the previous frame the model sees before each frame
 MODEL_PATH = Path(__file__).resolve().parent.parent / "assets" / "silero_vad.onnx"

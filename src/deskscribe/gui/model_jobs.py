@@ -13,11 +13,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from ..errors import Cancelled
 from .context import AppContext
 from .workers import WorkerHandle, run_in_worker
 
 
-class JobCancelled(Exception):
+class JobCancelled(Cancelled):
     pass
 
 
@@ -108,15 +109,15 @@ class InstallJob(QObject):
     def _run(self, progress, cancel: threading.Event) -> Path:
         from ..models import install
 
-        def built(stage: str, fraction: float) -> None:
+        def built(done: float, total: float, stage: str = "") -> None:
             if cancel.is_set() and stage != "done":
                 raise JobCancelled()
-            progress("build: " + stage, fraction, 1.0)
+            progress(done, total, "build: " + stage)
 
-        def report(stage: str, done: float, total: float) -> None:
+        def report(done: float, total: float, stage: str = "") -> None:
             if cancel.is_set() and stage.startswith("build") and not stage.endswith("done"):
                 raise JobCancelled()
-            progress(stage, done, total)
+            progress(done, total, stage)
 
         if self.kind == "starter":
             from ..models.starter import install_starter
@@ -137,7 +138,7 @@ class InstallJob(QObject):
         except DownloadCancelled:
             raise JobCancelled() from None
 
-    def _progressed(self, stage: str, done: float, total: float) -> None:
+    def _progressed(self, done: float, total: float, stage: str = "") -> None:
         if self.handle is not None and self.handle.cancelled:
             return
         fraction = done / total if total else -1.0

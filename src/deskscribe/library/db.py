@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..errors import DeskScribeError
 from ..fsutil import private_dir
 from ..paths import data_dir
 from ..transcript import Transcript
@@ -41,7 +42,7 @@ _UPDATABLE = {
 }  # fmt: skip
 
 
-class LibraryError(Exception):
+class LibraryError(DeskScribeError):
     """The library cannot be opened or changed; the message says what to do."""
 
 

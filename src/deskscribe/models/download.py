@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +41,15 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 
-from ..fsutil import UnsafePathError, inside
+from ..errors import Cancelled, DeskScribeError, Progress
+from ..fsutil import UnsafePathError, inside, write_atomic
 
-Progress = Callable[[int, int], None]
 _SHA256_HEX = frozenset("0123456789abcdef")
 _DONE = ".done.json"
 _PARTIAL = ".partial"
 
 
-class DownloadError(Exception):
+class DownloadError(DeskScribeError):
     """Base class: a model download failed (the message says what to do)."""
 
 
@@ -82,7 +82,7 @@ class ChecksumError(DownloadError):
     """A file's sha256 did not match the hub's, twice in a row."""
 
 
-class DownloadCancelled(DownloadError):
+class DownloadCancelled(DownloadError, Cancelled):
     """The caller cancelled; partial files stay in place and the next call resumes them."""
 
 
@@ -297,9 +297,7 @@ def _read_done(dest: Path) -> dict[str, str]:
 
 
 def _write_done(dest: Path, done: dict[str, str]) -> None:
-    tmp = dest / (_DONE + ".tmp")
-    tmp.write_text(json.dumps(done, indent=1), encoding="utf-8")
-    os.replace(tmp, dest / _DONE)
+    write_atomic(dest / _DONE, json.dumps(done, indent=1), private=False)
 
 
 def _partial(dest: Path, remote: _Remote) -> Path:

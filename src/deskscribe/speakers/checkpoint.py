@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DeskScribeError
+
 _DTYPES = {
     "FloatStorage": np.float32,
     "DoubleStorage": np.float64,
@@ -35,7 +37,7 @@ _DTYPES = {
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 
 
-class CheckpointFormatError(Exception):
+class CheckpointFormatError(DeskScribeError):
     """The file is not a torch checkpoint we can read (the message says why)."""
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -41,6 +41,7 @@ from ..audio.vad import (
     regions_from_probabilities,
     speech_probabilities,
 )
+from ..errors import Cancelled, Progress
 from ..transcript import Transcript
 from . import cluster
 from .assign import assign_speakers
@@ -69,7 +70,7 @@ class Encoder(Protocol):
     ) -> np.ndarray: ...
 
 
-class DiarizationCancelled(Exception):
+class DiarizationCancelled(Cancelled):
     pass
 
 
@@ -109,9 +110,6 @@ class Diarization:
     @property
     def speakers(self) -> list[str]:
         return list(self.centroids)
-
-
-Progress = Callable[[str, float, float], None]  # (stage, done, total)
 
 
 def parse_speakers(value: str) -> DiarizeOptions:
@@ -198,7 +196,7 @@ def _embed(audio, encoder, windows, progress, cancel, batch: int = 64) -> np.nda
             raise DiarizationCancelled("diarization cancelled")
         parts.append(np.asarray(encoder.embed_windows(audio, windows[i : i + batch])))
         if progress is not None:
-            progress("speakers", min(i + batch, len(windows)), len(windows))
+            progress(min(i + batch, len(windows)), len(windows), "speakers")
     return cluster.normalize(np.concatenate(parts))
 
 
@@ -360,7 +358,7 @@ def diarize_file(
     """Transcribe ``path`` with word timestamps, diarize it and label every word.
 
     ``model`` is a ``WhisperModel``; ``transcribe_options`` a ``TranscribeOptions`` (word
-    timestamps are switched on). ``progress(stage, done, total)`` reports ``"transcribe"``
+    timestamps are switched on). ``progress(done, total, stage)`` reports ``"transcribe"``
     in seconds of audio, then ``"speakers"`` in windows embedded.
     """
     from ..audio.decode import decode_audio
@@ -373,13 +371,13 @@ def diarize_file(
     block = 30 * SAMPLE_RATE
     blocks = (audio[i : i + block] for i in range(0, audio.shape[0], block))
 
-    def stage(done: float, total: float) -> None:
+    def report(done: float, total: float, stage: str = "") -> None:
         if progress is not None:
-            progress("transcribe", done, total)
+            progress(done, total, "transcribe")
 
     segments = list(
         transcribe_blocks(
-            model, blocks, topt, total_seconds=duration, progress=stage, cancel=cancel, info=info
+            model, blocks, topt, total_seconds=duration, progress=report, cancel=cancel, info=info
         )
     )
     transcript = Transcript(

@@ -37,16 +37,17 @@ from typing import TypeVar
 import numpy as np
 import onnxruntime as ort
 
+from ..audio_format import SAMPLE_RATE
+from ..errors import DeskScribeError
 from ..fsutil import UnsafePathError, inside
 from ..whisper.model import RUN_ERRORS
-from ..whisper.runtime import Runtime
+from ..whisper.runtime import Runtime, engine_errors
 from . import features
 
 T = TypeVar("T")
 MANIFEST = "manifest.json"
 TASK = "speaker-embedding"
 KINDS = ("resemblyzer", "wespeaker")
-SAMPLE_RATE = features.SAMPLE_RATE
 # Resemblyzer's embed_utterance defaults: 1.6 s partials, 1.3 per second, last one kept
 # when at least 75 % of it is real audio.
 PARTIAL_RATE = 1.3
@@ -57,7 +58,7 @@ MAX_GAIN_DB = 50.0  # near-silence is not blown up into noise
 WESPEAKER_MAX_SECONDS = 20.0  # embed(): longer audio is embedded in pieces and averaged
 
 
-class SpeakerModelError(Exception):
+class SpeakerModelError(DeskScribeError):
     """The folder does not hold a usable speaker model (the message says what to do)."""
 
 
@@ -213,8 +214,8 @@ class SpeakerEncoder:
         self.n_mels: int = bins if isinstance(bins, int) else int(self.manifest.get("n_mels", 80))
         dim = outputs[0].shape[-1]
         if not isinstance(dim, int):
-            probe = np.zeros((1, 200, self.n_mels), np.float32)
-            dim = self.session.run([self.output_name], {self.input_name: probe})[0].shape[-1]
+            feeds = {self.input_name: np.zeros((1, 200, self.n_mels), np.float32)}
+            dim = self._run(lambda s: s.run([self.output_name], feeds)[0]).shape[-1]
         self.dim = int(dim)
 
     def _wespeaker_windows(
@@ -240,18 +241,20 @@ class SpeakerEncoder:
     # ------------------------------------------------------------------ runtime
 
     def _run(self, fn: Callable[[ort.InferenceSession], T]) -> T:
-        """Run on the current session; a failure on a GPU moves the model to the CPU once."""
-        session = self.session
-        try:
-            return fn(session)
-        except RUN_ERRORS as err:
-            if not self.runtime.on_gpu:
-                raise
-            with self._lock:
-                if self.session is session:
-                    self.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
-                    self.session = self.runtime.open(self.onnx_path)
-            return fn(self.session)
+        """Run on the current session; a failure on a GPU moves the model to the CPU once.
+        A failure that is not retried leaves as ``errors.EngineError`` (MemoryError stays)."""
+        with engine_errors():
+            session = self.session
+            try:
+                return fn(session)
+            except RUN_ERRORS as err:
+                if not self.runtime.on_gpu:
+                    raise
+                with self._lock:
+                    if self.session is session:
+                        self.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
+                        self.session = self.runtime.open(self.onnx_path)
+                return fn(self.session)
 
 
 def _mono(audio: np.ndarray) -> np.ndarray:

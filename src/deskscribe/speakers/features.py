@@ -18,9 +18,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..audio_format import SAMPLE_RATE
 from ..whisper.features import mel_filters
 
-SAMPLE_RATE = 16000
 HOP = 160  # 10 ms, both models
 WINDOW = 400  # 25 ms, both models
 RESEMBLYZER_MELS = 40

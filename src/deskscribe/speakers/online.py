@@ -25,10 +25,10 @@ import threading
 
 import numpy as np
 
+from ..audio_format import SAMPLE_RATE
 from ..transcript import Word
 from .cluster import OnlineClusterer, threshold_for
 
-SAMPLE_RATE = 16000
 ENERGY_FRAME = 320  # 20 ms: resolution of the per-track loudness used to attribute words
 YOU, OTHERS = "You", "Others"
 

@@ -9,10 +9,7 @@ rewritten atomically under a file lock, so the GUI and the CLI can both use it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,7 +18,8 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from ..fsutil import fsync_dir
+from ..errors import DeskScribeError
+from ..fsutil import write_atomic
 from ..paths import data_dir
 from ..transcript import Transcript
 from ..transcript.model import default_speaker_name
@@ -43,7 +41,7 @@ def match_threshold_for(kind: str | None) -> float:
     return MATCH_THRESHOLDS.get(kind or "", DEFAULT_MATCH_THRESHOLD)
 
 
-class ProfileError(ValueError):
+class ProfileError(DeskScribeError, ValueError):
     """A profile could not be saved or read (bad name, unreadable file); the message says why."""
 
 
@@ -116,17 +114,7 @@ def _write(path: Path, profiles: list[VoiceProfile]) -> None:
         "version": FORMAT_VERSION,
         "profiles": [p.to_dict() for p in profiles],
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".voice-profiles-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(body, fh, ensure_ascii=False, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    fsync_dir(path.parent)
+    write_atomic(path, json.dumps(body, ensure_ascii=False, indent=1))
 
 
 def _lock(path: Path) -> FileLock:

@@ -18,17 +18,16 @@ Speaker labels are shown by display name (``Transcript.speaker_name``). Conventi
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import errno
 import io
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..fsutil import fsync_dir
+from ..errors import DeskScribeError
+from ..fsutil import write_atomic
 from .model import Segment, Transcript
 
 FORMATS = ("txt", "srt", "vtt", "json", "md", "csv", "docx")
@@ -38,7 +37,7 @@ _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>~|])")
 
 
-class ExportExistsError(FileExistsError):
+class ExportExistsError(DeskScribeError, FileExistsError):
     """The export target exists and ``overwrite`` was not given."""
 
     def __init__(self, path: Path) -> None:
@@ -299,65 +298,8 @@ def export(
     content = render(transcript, key, timestamps=timestamps)
     if isinstance(content, str):
         content = content.encode("utf-8-sig" if key == "csv" else "utf-8")
-    _atomic_write(target, content, overwrite=overwrite)
-    return target
-
-
-def _atomic_write(target: Path, data: bytes, *, overwrite: bool) -> None:
-    directory = target.parent
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        _set_default_mode(tmp, target if overwrite else None)
-        if overwrite:
-            os.replace(tmp, target)
-        else:
-            _place_new(tmp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    fsync_dir(directory)
-
-
-def _place_new(tmp: Path, target: Path) -> None:
-    """Move ``tmp`` to ``target`` only if ``target`` does not exist, atomically where possible."""
-    try:
-        os.link(tmp, target)  # fails if target exists, even if created since our check
-    except FileExistsError:
+        write_atomic(target, content, private=False, replace=overwrite)
+    except FileExistsError:  # created since the check above: still never replaced
         raise ExportExistsError(target) from None
-    except OSError:
-        # No hard links here (FAT, some network shares): check-then-rename is the best we have.
-        if os.path.lexists(target):
-            raise ExportExistsError(target) from None
-        os.replace(tmp, target)
-
-
-def _set_default_mode(tmp: Path, existing: Path | None) -> None:
-    """mkstemp makes 0600 files; give the export the mode a normal new (or replaced) file has."""
-    if os.name != "posix":
-        return
-    try:
-        mode = existing.stat().st_mode & 0o7777 if existing is not None else None
-    except OSError:
-        mode = None
-    if mode is None:
-        mode = 0o666 & ~_umask()
-    with contextlib.suppress(OSError):
-        os.chmod(tmp, mode)
-
-
-def _umask() -> int:
-    try:  # Linux: read it without changing it (changing it is process-wide)
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
+    return target

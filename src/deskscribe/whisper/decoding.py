@@ -15,15 +15,17 @@ from functools import lru_cache
 import numpy as np
 import onnxruntime as ort
 
+from ..errors import Cancelled, DeskScribeError
 from .model import AudioFeatures, WhisperModel
+from .runtime import engine_errors
 from .tokenizer import WhisperTokenizer
 
 
-class DecodingError(Exception):
+class DecodingError(DeskScribeError):
     pass
 
 
-class TranscriptionCancelled(Exception):
+class TranscriptionCancelled(Cancelled):
     pass
 
 
@@ -220,9 +222,10 @@ def _top_session(threads: int) -> ort.InferenceSession:
 
 def top_candidates(logits: np.ndarray, k: int, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best tokens of each row of ``logits [R, V]`` and their log-probabilities."""
-    indices, logprobs = _top_session(threads).run(
-        None, {"logits": logits, "k": np.array([k], dtype=np.int64)}
-    )
+    with engine_errors():
+        indices, logprobs = _top_session(threads).run(
+            None, {"logits": logits, "k": np.array([k], dtype=np.int64)}
+        )
     return indices, logprobs
 
 

@@ -11,7 +11,8 @@ from functools import lru_cache
 
 import numpy as np
 
-SAMPLE_RATE = 16000
+from ..audio_format import SAMPLE_RATE
+
 N_FFT = 400
 HOP_LENGTH = 160
 CHUNK_SECONDS = 30

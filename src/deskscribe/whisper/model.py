@@ -21,6 +21,7 @@ from typing import TypeVar
 import numpy as np
 import onnxruntime as ort
 
+from ..errors import DeskScribeError
 from .graph import GRAPH_VERSION
 from .runtime import (
     CPU,
@@ -28,6 +29,7 @@ from .runtime import (
     DEVICES,
     Runtime,
     available_providers,
+    engine_errors,
     provider_options,
     session_options,
 )
@@ -38,7 +40,8 @@ MANIFEST = "manifest.json"
 T = TypeVar("T")
 _ort_state = ort.capi.onnxruntime_pybind11_state
 # What ONNX Runtime raises when a run fails on a device (CUDA out of memory arrives as
-# RuntimeException). On a GPU, each of them sends the model to the CPU.
+# RuntimeException). On a GPU, each of them sends the model to the CPU. Internal to whisper/
+# and speakers/: a run that fails for good leaves as ``errors.EngineError`` (or MemoryError).
 RUN_ERRORS = (
     _ort_state.Fail,
     _ort_state.RuntimeException,
@@ -50,7 +53,7 @@ RUN_ERRORS = (
 )
 
 
-class ModelNotBuiltError(Exception):
+class ModelNotBuiltError(DeskScribeError):
     """The folder does not hold a usable model built by ``deskscribe models build``."""
 
 
@@ -73,9 +76,10 @@ class AudioFeatures:
         if all(isinstance(x, np.ndarray) for x in (*self.cross_k, *self.cross_v)):
             return self
         if self._host_copy is None:  # copied from the device once, not on every step
-            self._host_copy = AudioFeatures(
-                [_host(k) for k in self.cross_k], [_host(v) for v in self.cross_v], self.batch
-            )
+            with engine_errors():
+                self._host_copy = AudioFeatures(
+                    [_host(k) for k in self.cross_k], [_host(v) for v in self.cross_v], self.batch
+                )
         return self._host_copy
 
 
@@ -162,8 +166,9 @@ class WhisperModel:
 
     @contextmanager
     def gpu_errors_raise(self) -> Iterator[None]:
-        """Within this block (in this thread) a run that fails on the GPU raises instead of
-        moving the model to the CPU: batched decoding first retries with a smaller batch."""
+        """Within this block (in this thread) a run that fails on the GPU raises (``EngineError``
+        or MemoryError) instead of moving the model to the CPU: batched decoding first retries
+        with a smaller batch."""
         self._local.gpu_errors_raise = True
         try:
             yield
@@ -199,21 +204,23 @@ class WhisperModel:
         """Run ``fn`` on the current sessions; if it fails on a GPU, move to the CPU and retry.
 
         When several threads fail at once, the first swaps in CPU sessions and the others,
-        seeing that the sessions changed, just retry.
+        seeing that the sessions changed, just retry. A failure that is not retried (on the
+        CPU, within ``gpu_errors_raise``, or of the retry) leaves as ``errors.EngineError``.
         """
-        sessions = self.sessions
-        try:
-            return fn(sessions)
-        except RUN_ERRORS as err:
-            if not sessions.on_gpu or getattr(self._local, "gpu_errors_raise", False):
-                raise
-            with self._lock:
-                if self.sessions is sessions:
-                    self.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
-                    self.sessions = self._open_sessions()
-            if before_retry is not None:
-                before_retry()
-            return fn(self.sessions)
+        with engine_errors():
+            sessions = self.sessions
+            try:
+                return fn(sessions)
+            except RUN_ERRORS as err:
+                if not sessions.on_gpu or getattr(self._local, "gpu_errors_raise", False):
+                    raise
+                with self._lock:
+                    if self.sessions is sessions:
+                        self.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
+                        self.sessions = self._open_sessions()
+                if before_retry is not None:
+                    before_retry()
+                return fn(self.sessions)
 
     def encode(self, mel: np.ndarray) -> AudioFeatures:
         """``mel [B, n_mels, 3000]`` float32 → cross K/V for the decoder."""

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnxruntime as ort
+
+from ..errors import DeskScribeError, EngineError
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +35,29 @@ DEVICES = {
 PROVIDER_LABELS = {CPU: "CPU", CUDA: "CUDA GPU", DML: "DirectML GPU", COREML: "CoreML"}
 
 
-class DeviceError(Exception):
+class DeviceError(DeskScribeError):
     """The requested device is not usable here."""
+
+
+_ort_state = ort.capi.onnxruntime_pybind11_state
+# Every exception type of ONNX Runtime's own (InvalidArgument for an input a model does not
+# take, RuntimeException for CUDA running out of memory, ...). They never leave whisper/ and
+# speakers/: a run is wrapped in ``engine_errors``.
+ORT_ERRORS: tuple[type[Exception], ...] = tuple(
+    t for t in vars(_ort_state).values() if isinstance(t, type) and issubclass(t, Exception)
+)
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    """A failure of ONNX Runtime inside this block (one of its own exception types, or the
+    RuntimeError its I/O binding raises) leaves as ``errors.EngineError`` with the same
+    message and the original as its cause. MemoryError stays a MemoryError: callers tell
+    the user that memory ran out."""
+    try:
+        yield
+    except (*ORT_ERRORS, RuntimeError) as err:
+        raise EngineError(str(err) or type(err).__name__) from err
 
 
 def available_providers() -> list[str]:

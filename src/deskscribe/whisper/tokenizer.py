@@ -12,8 +12,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+from ..errors import DeskScribeError
 
-class TokenizerError(Exception):
+
+class TokenizerError(DeskScribeError):
     pass
 
 

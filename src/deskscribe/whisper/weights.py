@@ -26,10 +26,11 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ..errors import DeskScribeError
 from ..fsutil import UnsafePathError, inside
 
 
-class CheckpointError(Exception):
+class CheckpointError(DeskScribeError):
     """A folder that does not hold a Whisper checkpoint we can read."""
 
 
