@@ -45,11 +45,8 @@ PYANNOTE = "pyannote/speaker-diarization-3.1: DER 11.2 % on VoxConverse (publish
 
 
 def speaker_model(cache: Path, given: str | None) -> Path:
-    from deskscribe.speakers.convert import (
-        CONVERTER_VERSION,
-        convert_resemblyzer,
-        find_resemblyzer_checkpoint,
-    )
+    from deskscribe.models.speaker_build import convert_resemblyzer
+    from deskscribe.speakers.convert import CONVERTER_VERSION, find_resemblyzer_checkpoint
 
     if given:
         from deskscribe.models.store import resolve_speaker_model

@@ -171,11 +171,8 @@ def run_cli(
 def speaker_model() -> Path:
     """Resemblyzer's voice encoder (``pretrained.pt`` in its wheel) converted to our ONNX
     speaker model folder, cached like the Whisper models."""
-    from deskscribe.speakers.convert import (
-        CONVERTER_VERSION,
-        convert_resemblyzer,
-        find_resemblyzer_checkpoint,
-    )
+    from deskscribe.models.speaker_build import convert_resemblyzer
+    from deskscribe.speakers.convert import CONVERTER_VERSION, find_resemblyzer_checkpoint
 
     checkpoint = find_resemblyzer_checkpoint()
     if checkpoint is None:

@@ -8,12 +8,11 @@ what a crash interrupted, then — with no model installed — the first-run wel
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from importlib import resources
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, QSize, Qt, QTimer
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -38,7 +37,6 @@ from .theme import apply_theme
 from .transcript_view import TranscriptView
 from .workers import cancel_all, run_in_worker
 
-AUTOSTART_ENV = "DESKSCRIBE_GUI_AUTOSTART"  # tests: "system:<device>" starts live recording
 PAGES = ("Live", "Files", "Library", "Models", "Transcript")
 
 
@@ -54,6 +52,9 @@ def window_settings() -> QSettings:
 
 
 class MainWindow(QMainWindow):
+    # start_up() is through: recovery offered (or nothing to recover), first run offered
+    start_up_done = Signal()
+
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
         self.ctx = ctx
@@ -276,36 +277,19 @@ class MainWindow(QMainWindow):
     def _after_recovery(self) -> None:
         from ..models.store import list_models
 
-        run_in_worker(list_models, on_done=self._models_listed, on_error=lambda e: None)
+        run_in_worker(
+            list_models, on_done=self._models_listed, on_error=lambda e: self.start_up_done.emit()
+        )
 
     def _models_listed(self, models: list) -> None:
         if models:
             self.ctx.preload()
-        elif not os.environ.get(AUTOSTART_ENV):
+        else:
             from .first_run import FirstRunDialog
 
             self.first_run = FirstRunDialog(self.ctx, self)
             self.first_run.open()
-        self._autostart()
-
-    def _autostart(self) -> None:
-        """Test hook: ``DESKSCRIBE_GUI_AUTOSTART=system:<device>`` starts recording at once."""
-        spec = os.environ.get(AUTOSTART_ENV)
-        if not spec:
-            return
-        source, _, device = spec.partition(":")
-
-        def go() -> None:
-            self.live_panel.set_source(source)
-            if device:
-                self.live_panel.select_device("mic" if source == "mic" else "system", device)
-            self.go("Live")
-            self.live_panel.start()
-
-        if self.live_panel.devices_known:
-            go()
-        else:
-            self.live_panel.devices_ready.connect(go, Qt.ConnectionType.SingleShotConnection)
+        self.start_up_done.emit()
 
 
 class FileOpenHandler(QObject):
@@ -325,24 +309,35 @@ class FileOpenHandler(QObject):
         return False
 
 
-def main(argv: list[str] | None = None, open_files: list[str] | None = None) -> int:
-    """The desktop app; ``open_files`` (the file manager's "Open with") go to the file queue."""
-    argv = list(argv or [])
-    app = QApplication.instance() or QApplication([sys.argv[0], *argv])
+def create_application(argv: list[str] | None = None) -> QApplication:
+    """The app's QApplication (or the one already running): names, icon and theme set."""
+    app = QApplication.instance() or QApplication([sys.argv[0], *(argv or [])])
     app.setApplicationName("DeskScribe")
     app.setOrganizationName("DeskScribe")
     app.setApplicationVersion(__version__)
     app.setWindowIcon(icon())
     apply_theme(app)
-    ctx = AppContext()
-    window = MainWindow(ctx)
+    return app
+
+
+def open_main_window(app: QApplication, open_files: list[str] | None = None) -> MainWindow:
+    """The main window, shown, with its start-up (recovery, first run) and ``open_files``
+    queued for when the event loop runs."""
+    window = MainWindow(AppContext())
     window.show()
     QTimer.singleShot(0, window.start_up)
     if open_files:
         QTimer.singleShot(0, lambda: window.open_paths([Path(p) for p in open_files]))
-    opener = FileOpenHandler(window)  # macOS hands opened files over as events
-    app.installEventFilter(opener)
+    window.file_opener = FileOpenHandler(window)  # macOS hands opened files over as events
+    app.installEventFilter(window.file_opener)
+    return window
+
+
+def main(argv: list[str] | None = None, open_files: list[str] | None = None) -> int:
+    """The desktop app; ``open_files`` (the file manager's "Open with") go to the file queue."""
+    app = create_application(argv)
+    window = open_main_window(app, open_files)
     code = app.exec()
     with contextlib.suppress(Exception):
-        ctx.library.close()
+        window.ctx.library.close()
     return code

@@ -9,16 +9,15 @@ Layout: ``manifest.json``, ``tokenizer.json``, ``encoder.onnx`` (+ ``.data``),
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from ..fsutil import fsync_dir
+from ..errors import Progress
+from ..fsutil import fsync_dir, sha256_file
 from ..whisper.graph import (
     GRAPH_VERSION,
     VARIANTS,
@@ -29,17 +28,11 @@ from ..whisper.graph import (
 from ..whisper.model import MANIFEST
 from ..whisper.tokenizer import WhisperTokenizer
 from ..whisper.weights import CheckpointError, load_checkpoint, read_ct2_vocabulary
+from .store import check_replaceable
+
+__all__ = ["BUILDER_VERSION", "build_model", "check_replaceable", "sha256_file"]
 
 BUILDER_VERSION = GRAPH_VERSION
-Progress = Callable[[str, float], None]
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def build_model(
@@ -55,13 +48,14 @@ def build_model(
     """Build ``variant`` of the checkpoint in ``source`` into the folder ``dest``.
 
     ``overwrite`` replaces only a folder that holds a built model (or nothing at all): any
-    other folder is the user's, and is never deleted.
+    other folder is the user's, and is never deleted. ``progress(fraction, 1.0, stage)``
+    names the step ("hashing", "encoder", "decoder", "checksums", "done").
     """
     source, dest = Path(source), Path(dest)
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; use one of: {', '.join(VARIANTS)}")
     check_replaceable(dest, overwrite, source)
-    report = progress or (lambda stage, fraction: None)
+    report = progress or (lambda done, total, stage="": None)
     ckpt = load_checkpoint(source)
     tokenizer_src = source / "tokenizer.json"
     if not tokenizer_src.exists():
@@ -87,15 +81,15 @@ def build_model(
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.building-", dir=dest.parent))
     try:
-        report("hashing", 0.0)
+        report(0.0, 1.0, "hashing")
         inputs = {p.name: sha256_file(p) for p in ckpt.source_files}
-        report("encoder", 0.1)
+        report(0.1, 1.0, "encoder")
         build_encoder(ckpt, work / "encoder.onnx", variant)
-        report("decoder", 0.6)
+        report(0.6, 1.0, "decoder")
         heads = default_alignment_heads(ckpt)
         build_decoder(ckpt, work / "decoder.onnx", variant, heads)
         shutil.copyfile(tokenizer_src, work / "tokenizer.json")
-        report("checksums", 0.95)
+        report(0.95, 1.0, "checksums")
         outputs = {p.name: sha256_file(p) for p in sorted(work.iterdir()) if p.is_file()}
         manifest = {
             "name": name or dest.name,
@@ -116,28 +110,8 @@ def build_model(
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(work, dest)
-        report("done", 1.0)
+        report(1.0, 1.0, "done")
         return dest
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-
-
-def check_replaceable(dest: Path, overwrite: bool, source: Path | None = None) -> None:
-    """Refuse to put a model where it would destroy anything but an older built model."""
-    if source is not None:
-        src, dst = source.resolve(), dest.resolve()
-        if dst == src or src in dst.parents or dst in src.parents:
-            raise ValueError(
-                f"{dest} overlaps the checkpoint folder {source}; build somewhere else"
-            )
-    if not dest.exists():
-        return
-    if not overwrite:
-        raise FileExistsError(f"{dest} already exists; remove it or pass --overwrite to rebuild")
-    from .store import built_manifest
-
-    if not dest.is_dir() or (any(dest.iterdir()) and built_manifest(dest) is None):
-        raise FileExistsError(
-            f"{dest} exists and is not a built model; it will not be replaced. Choose another name"
-        )

@@ -10,14 +10,15 @@ from __future__ import annotations
 import errno
 import shutil
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import Progress
+from ..speakers.convert import find_resemblyzer_checkpoint
 from .build import build_model
-from .catalog import find_entry, wanted_files
+from .catalog import find_entry, find_speaker_entry, speaker_onnx_file, wanted_files
+from .speaker_build import convert_resemblyzer, install_wespeaker_onnx
+from .starter import StarterNotAvailableError
 from .store import store_dir, valid_name
-
-Progress = Callable[[str, float, float], None]  # (stage, done, total): bytes, or fractions
 
 
 def model_name(source: str, variant: str) -> str:
@@ -38,11 +39,14 @@ def install_model(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> Path:
-    """Install ``source`` (catalog id, Hugging Face repo id, or a local checkpoint folder)."""
+    """Install ``source`` (catalog id, Hugging Face repo id, or a local checkpoint folder).
+
+    ``progress(done, total, stage)``: "download" in bytes, then "build: <step>" in fractions.
+    """
     from .download import download_files, list_repo_files
 
     root = root or store_dir()
-    report = progress or (lambda stage, done, total: None)
+    report = progress or (lambda done, total, stage="": None)
     dest = root / (valid_name(name) if name else model_name(source, variant))
     local = Path(source).expanduser()
     if local.is_dir():
@@ -59,7 +63,7 @@ def install_model(
         cache,
         endpoint=endpoint,
         cancel=cancel,
-        progress=lambda done, total: report("download", done, total),
+        progress=lambda done, total, stage="": report(done, total, "download"),
     )
     if cancel is not None and cancel.is_set():
         from .download import DownloadCancelled
@@ -81,7 +85,7 @@ def _build(
             variant,
             name=dest.name,
             overwrite=overwrite,
-            progress=lambda stage, f: report(f"build: {stage}", f, 1.0),
+            progress=lambda done, total, stage="": report(done, total, f"build: {stage}"),
             source_label=label,
         )
     except OSError as err:
@@ -107,9 +111,6 @@ def install_speaker_starter(root: Path | None = None, overwrite: bool = False) -
     ``--no-deps``: resemblyzer depends on torch, which DeskScribe never needs; only its
     ``pretrained.pt`` is read, by our own torch-free reader.
     """
-    from ..speakers.convert import convert_resemblyzer, find_resemblyzer_checkpoint
-    from .starter import StarterNotAvailableError
-
     checkpoint = find_resemblyzer_checkpoint()
     if checkpoint is None:
         raise StarterNotAvailableError(
@@ -131,13 +132,12 @@ def install_speaker_model(
     cancel: threading.Event | None = None,
 ) -> Path:
     """Install a WeSpeaker ONNX model: a speaker catalog id, a hub repo id, or a local
-    ``.onnx`` file. The file is checked (it must run on fbank input) and placed as is."""
-    from ..speakers.convert import install_wespeaker_onnx
-    from .catalog import find_speaker_entry, speaker_onnx_file
+    ``.onnx`` file. The file is checked (it must run on fbank input) and placed as is.
+    ``progress(done, total, stage)``: "download" in bytes, then "check"."""
     from .download import DownloadCancelled, OfflineError, download_files, list_repo_files
 
     root = root or store_dir()
-    report = progress or (lambda stage, done, total: None)
+    report = progress or (lambda done, total, stage="": None)
     entry = find_speaker_entry(source)
     local = Path(source).expanduser()
     if entry is None and local.suffix == ".onnx" and local.is_file():
@@ -170,11 +170,11 @@ def install_speaker_model(
         cache,
         endpoint=endpoint,
         cancel=cancel,
-        progress=lambda done, total: report("download", done, total),
+        progress=lambda done, total, stage="": report(done, total, "download"),
     )
     if cancel is not None and cancel.is_set():
         raise DownloadCancelled(f"download of {repo_id} cancelled")
-    report("check", 0.0, 1.0)
+    report(0.0, 1.0, "check")
     path = install_wespeaker_onnx(
         cache / onnx_file,
         dest,
@@ -182,7 +182,7 @@ def install_speaker_model(
         source_label=f"hf:{repo_id}/{onnx_file}",
         overwrite=overwrite,
     )
-    report("check", 1.0, 1.0)
+    report(1.0, 1.0, "check")
     if not keep_download:
         shutil.rmtree(cache, ignore_errors=True)
     return path

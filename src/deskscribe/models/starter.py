@@ -14,19 +14,20 @@ from __future__ import annotations
 import importlib.util
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import build_model, sha256_file
+from ..errors import DeskScribeError, Progress
+from ..fsutil import sha256_file
+from .build import build_model
 from .store import store_dir
 
 
-class StarterNotAvailableError(Exception):
+class StarterNotAvailableError(DeskScribeError):
     pass
 
 
-class StarterChecksumError(Exception):
+class StarterChecksumError(DeskScribeError):
     """A starter package's file is not the released one (damaged or replaced); nothing was
     built. The message names the file and the command that reinstalls the package."""
 
@@ -95,7 +96,7 @@ def install_starter(
     variant: str = "int8",
     root: Path | None = None,
     overwrite: bool = False,
-    progress: Callable[[str, float], None] | None = None,
+    progress: Progress | None = None,
 ) -> Path:
     starter, folders = find_starter(name)
     files = checked_files(starter, folders)  # before anything is written

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from platformdirs import user_data_dir
 
+from ..errors import DeskScribeError
+from ..fsutil import sha256_file
 from ..whisper.model import MANIFEST
 
 ENV_DIR = "DESKSCRIBE_MODELS_DIR"
@@ -26,7 +28,7 @@ SPEAKER_INSTALL_HINT = (
 )
 
 
-class ModelNotInstalledError(Exception):
+class ModelNotInstalledError(DeskScribeError):
     """No such model in the store (the message says how to get one)."""
 
 
@@ -74,6 +76,24 @@ def built_manifest(folder: Path) -> dict | None:
     if not all(isinstance(f, str) and "/" not in f and (folder / f).is_file() for f in files):
         return None
     return data
+
+
+def check_replaceable(dest: Path, overwrite: bool, source: Path | None = None) -> None:
+    """Refuse to put a model where it would destroy anything but an older built model."""
+    if source is not None:
+        src, dst = source.resolve(), dest.resolve()
+        if dst == src or src in dst.parents or dst in src.parents:
+            raise ValueError(
+                f"{dest} overlaps the checkpoint folder {source}; build somewhere else"
+            )
+    if not dest.exists():
+        return
+    if not overwrite:
+        raise FileExistsError(f"{dest} already exists; remove it or pass --overwrite to rebuild")
+    if not dest.is_dir() or (any(dest.iterdir()) and built_manifest(dest) is None):
+        raise FileExistsError(
+            f"{dest} exists and is not a built model; it will not be replaced. Choose another name"
+        )
 
 
 def _installed(root: Path | None) -> Iterator[tuple[Path, dict]]:
@@ -176,8 +196,6 @@ def import_model(
     folder: Path, name: str | None = None, root: Path | None = None, overwrite: bool = False
 ) -> Path:
     """Copy an already built model folder into the store (atomically)."""
-    from .build import check_replaceable
-
     if built_manifest(folder) is None:
         raise ModelNotInstalledError(f"{folder} is not a built DeskScribe model (no {MANIFEST})")
     root = root or store_dir()
@@ -220,8 +238,6 @@ def remove_model(name: str, root: Path | None = None) -> Path:
 
 def verify_model(folder: Path) -> list[str]:
     """Problems with a built model's files (empty when every file matches its checksum)."""
-    from .build import sha256_file
-
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:

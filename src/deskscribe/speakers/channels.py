@@ -31,12 +31,12 @@ import difflib
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ..audio.decode import decode_blocks, probe
+from ..errors import Progress
 from ..transcript import Segment, Transcript, Word
 from .online import ENERGY_FRAME, SAMPLE_RATE, frame_energy, span_energy
 
@@ -116,7 +116,7 @@ def transcribe_channels(
     path: str | Path,
     options=None,
     *,
-    progress: Callable[[float, float], None] | None = None,
+    progress: Progress | None = None,
     cancel: threading.Event | None = None,
     notes: list[str] | None = None,
 ) -> Transcript:
@@ -152,7 +152,9 @@ def transcribe_channels(
     languages: Counter[str] = Counter()
     for k, channel in enumerate(channels):
 
-        def report(done: float, _total: float, offset: float = k * duration) -> None:
+        def report(
+            done: float, _total: float, stage: str = "", offset: float = k * duration
+        ) -> None:
             if progress is not None:
                 progress(offset + min(done, duration), total)
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from ..errors import EngineError
 from ..transcript import Segment, Word
 from .alignment import WordTiming, find_alignment
 from .chunking import Chunk, speech_chunks
@@ -27,9 +28,8 @@ from .decoding import DecodingOptions, DecodingResult, TranscriptionCancelled, W
 from .features import FRAME_SECONDS, N_SAMPLES, SAMPLE_RATE
 from .language_runs import SURE, encode_windows, language_runs
 from .languages import add_spoken, choose, main_language, settle
-from .model import RUN_ERRORS, AudioFeatures, WhisperModel
-from .prompt import plan_prompt
-from .transcribe import (
+from .model import AudioFeatures, WhisperModel
+from .options import (
     Progress,
     TranscribeOptions,
     TranscriptionInfo,
@@ -38,6 +38,7 @@ from .transcribe import (
     is_silence,
     needs_fallback,
 )
+from .prompt import plan_prompt
 
 CPU_BATCH = 8  # chunks per batch on the CPU (split between the lanes)
 
@@ -378,7 +379,7 @@ def _decode_fitting(model, chunks, language, options, prompt, halt):
         try:
             with model.gpu_errors_raise():
                 return _lane(model, chunks, language, options, prompt, halt), len(chunks)
-        except RUN_ERRORS as err:
+        except (EngineError, MemoryError) as err:
             half = max(1, len(chunks) // 2)
             reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
             model.runtime.notes.append(
