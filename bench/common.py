@@ -108,6 +108,12 @@ def peak_rss_mb() -> float:
 
 
 def rss_mb() -> float:
+    """Resident set size of this process now, in MiB (Linux: /proc; else psutil if present)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import psutil
     except ImportError:

@@ -88,7 +88,7 @@ class Watcher:
         self.lock = threading.Lock()
 
     def __call__(self, event) -> None:
-        from deskscribe.live import Levels, TextUpdate
+        from deskscribe.service.live import Levels, TextUpdate
 
         now = time.monotonic()
         with self.lock:
@@ -124,7 +124,7 @@ def run_model(name: str, folder: Path, wav: Path, ref_text: str, ref_words: list
     from deskscribe.audio.decode import decode_audio
     from deskscribe.audio.devices import find_device
     from deskscribe.audio.sessions import read_track
-    from deskscribe.live import LiveOptions, LiveSession
+    from deskscribe.service.live import LiveOptions, LiveSession
     from deskscribe.whisper.model import WhisperModel
 
     sink = f"bench_{name.replace('.', '_')}"

@@ -368,7 +368,8 @@ def test_file_queue_jobs_are_batched_unless_the_settings_opt_out(
 ) -> None:
     from deskscribe import settings
     from deskscribe.library.db import Library
-    from deskscribe.library.jobs import job_options, run_file_job
+    from deskscribe.service.files import local_runner
+    from deskscribe.service.queue import job_options, run_queued_item
 
     monkeypatch.setenv("DESKSCRIBE_SETTINGS", str(tmp_path / "settings.json"))
     audio = np.concatenate([_silence(1), sentences[1], _silence(2), sentences[2]])
@@ -385,7 +386,7 @@ def test_file_queue_jobs_are_batched_unless_the_settings_opt_out(
         for setting, mode in ((None, "batched"), ("false", "sequential"), ("true", "batched")):
             settings.set_value("batched_files", setting)
             item = library.add_file(wav, job_options("tiny.en", "en", "off"))
-            outcome = run_file_job(library, item, lambda _name: tiny_model)
+            outcome = run_queued_item(library, item, local_runner(lambda *_: tiny_model))
             assert outcome.status == "done", outcome.error
             assert _spans(outcome.transcript.segments) == expected[mode], (setting, mode)
     finally:

@@ -231,12 +231,13 @@ def test_a_mono_file_job_by_channel_is_done_with_a_note(tiny_model, tmp_path):
     """The file queue's path (what the engine process runs): "By channel" on a mono file is
     transcribed as usual, and the finished item says why it has no channel labels."""
     from deskscribe.library import Library
-    from deskscribe.library.jobs import job_options, run_file_job
+    from deskscribe.service.files import local_runner
+    from deskscribe.service.queue import job_options, run_queued_item
 
     mono = espeak("Please call me back tomorrow afternoon.", tmp_path / "mono.wav", voice="en")
     library = Library(tmp_path / "library.sqlite3")
     item = library.add_file(mono, job_options("tiny.en", None, "channels"))
-    outcome = run_file_job(library, item, lambda name: tiny_model)
+    outcome = run_queued_item(library, item, local_runner(lambda *_: tiny_model))
     assert outcome.status == "done" and "has one channel" in (outcome.error or "")
     assert library.get(item).error == outcome.error
     saved = library.load_transcript(item)

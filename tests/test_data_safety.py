@@ -15,7 +15,8 @@ import pytest
 
 from conftest import espeak, normalize, run_cli
 from deskscribe.library.db import Library
-from deskscribe.library.jobs import run_file_job
+from deskscribe.service.files import local_runner
+from deskscribe.service.queue import run_queued_item
 from deskscribe.speakers.profiles import ProfileError, list_profiles, profiles_path
 
 SPOKEN = "Please keep this transcript safe even when the disk is full."
@@ -38,7 +39,7 @@ def test_file_job_whose_library_cannot_save_keeps_the_transcript(
     library = Library(tmp_path / "lib" / "library.sqlite3")
     (tmp_path / "lib" / "transcripts").write_text("a file where the folder should be")
     item = library.add_file(wav, {})
-    outcome = run_file_job(library, item, lambda _name: tiny_model)
+    outcome = run_queued_item(library, item, local_runner(lambda *_: tiny_model))
     assert outcome.status == "failed"
     kept = _rescued(data)
     assert len(kept) == 1 and str(kept[0]) in outcome.error, outcome.error
@@ -191,7 +192,7 @@ def test_a_crafted_ct2_file_is_a_checkpoint_error(tiny_ct2: Path, tmp_path: Path
 def test_file_job_with_a_broken_profile_file_keeps_its_transcript(
     tiny_model, speaker_model: Path, speech_dir: Path, data: Path, tmp_path: Path, content: bytes
 ) -> None:
-    from deskscribe.library.jobs import job_options
+    from deskscribe.service.queue import job_options
     from deskscribe.speakers.encoder import SpeakerEncoder
 
     path = profiles_path()
@@ -201,9 +202,10 @@ def test_file_job_with_a_broken_profile_file_keeps_its_transcript(
     library = Library(tmp_path / "lib" / "library.sqlite3")
     try:
         item = library.add_file(wav, job_options("tiny.en", "en", "auto"))
-        outcome = run_file_job(
-            library, item, lambda _n: tiny_model, load_encoder=lambda: SpeakerEncoder(speaker_model)
-        )
+        outcome = run_queued_item(
+            library, item,
+            local_runner(lambda *_: tiny_model, lambda _device: SpeakerEncoder(speaker_model)),
+        )  # fmt: skip
         assert outcome.status == "done", outcome.error
         assert "transcript safe" in normalize(" ".join(s.text for s in outcome.transcript.segments))
         assert library.get(item).has_transcript

@@ -19,15 +19,16 @@ from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 
 from conftest import espeak, load, normalize
 from deskscribe.audio.sessions import find_interrupted, read_track
-from deskscribe.gui.app import AUTOSTART_ENV, MainWindow
+from deskscribe.gui.app import MainWindow
 from deskscribe.gui.context import AppContext
 from deskscribe.gui.live_panel import LivePanel
 from deskscribe.gui.recovery import RecoveryDialog
-from deskscribe.library.jobs import job_options
+from deskscribe.service.queue import job_options
 from gui_support import app_env, install_test_model, pump  # noqa: F401 (fixture)
 from test_live import TURNS, gap, write_wav
 
 SR = 16000
+RECORD_SYSTEM_AUDIO = Path(__file__).parent / "drivers" / "record_system_audio.py"
 
 
 @pytest.fixture(scope="module")
@@ -229,10 +230,10 @@ def test_app_killed_mid_session_is_restored_on_next_start(
 ):
     install_test_model(app_env, tiny_fp32)
     pulse.add_null_sink("gui_crash")
-    env = {**os.environ, **app_env.env(), "QT_QPA_PLATFORM": "offscreen",
-           AUTOSTART_ENV: "system:gui_crash.monitor"}  # fmt: skip
-    app = subprocess.Popen([sys.executable, "-m", "deskscribe"], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    env = {**os.environ, **app_env.env(), "QT_QPA_PLATFORM": "offscreen"}
+    # The real window, recording the sink's monitor as system audio (tests/drivers/).
+    app = subprocess.Popen([sys.executable, str(RECORD_SYSTEM_AUDIO), "gui_crash.monitor"],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
         deadline = time.monotonic() + 90
         while not list(app_env.data.glob("sessions/*/session.json")):

@@ -22,7 +22,7 @@ from conftest import espeak, load, normalize, run_cli, wer
 from conversations import write_wav
 from deskscribe.audio.devices import find_device
 from deskscribe.audio.sessions import list_sessions, read_track
-from deskscribe.live import (
+from deskscribe.service.live import (
     Levels,
     LiveOptions,
     LiveSession,

@@ -11,7 +11,7 @@ import pytest
 from conversations import build, clip_offset
 from deskscribe.audio.devices import find_device
 from deskscribe.audio.sessions import read_track
-from deskscribe.live import LiveOptions, LiveSession, Started, Stopped, TextUpdate
+from deskscribe.service.live import LiveOptions, LiveSession, Started, Stopped, TextUpdate
 from deskscribe.speakers.diarize import diarize
 from deskscribe.speakers.encoder import SpeakerEncoder
 from deskscribe.speakers.metrics import der, word_accuracy

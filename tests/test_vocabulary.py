@@ -142,7 +142,8 @@ def test_cli_vocabulary_too_long_says_what_was_left_out(tiny_fp32, kubernetes_wa
 def test_file_queue_uses_the_vocabulary_setting(tiny_model, kubernetes_wav, tmp_path, monkeypatch):
     from deskscribe import settings
     from deskscribe.library.db import Library
-    from deskscribe.library.jobs import job_options, run_file_job
+    from deskscribe.service.files import local_runner
+    from deskscribe.service.queue import job_options, run_queued_item
 
     monkeypatch.setenv("DESKSCRIBE_SETTINGS", str(tmp_path / "settings.json"))
     library = Library(tmp_path / "library.sqlite3")
@@ -151,7 +152,7 @@ def test_file_queue_uses_the_vocabulary_setting(tiny_model, kubernetes_wav, tmp_
         for vocabulary in (None, "Kubernetes"):
             settings.set_value("vocabulary", vocabulary)
             item = library.add_file(kubernetes_wav, job_options("tiny.en", "en", "off"))
-            outcome = run_file_job(library, item, lambda _name: tiny_model)
+            outcome = run_queued_item(library, item, local_runner(lambda *_: tiny_model))
             assert outcome.status == "done", outcome.error
             texts.append(outcome.transcript.text)
     finally:

@@ -241,9 +241,9 @@ def _models(args: argparse.Namespace) -> int:
                 total=100, desc=f"building {name}", unit="%", disable=not sys.stderr.isatty()
             ) as bar:
 
-                def progress(stage: str, fraction: float) -> None:
+                def progress(done: float, total: float, stage: str = "") -> None:
                     bar.set_postfix_str(stage)
-                    bar.update(round(fraction * 100) - bar.n)
+                    bar.update(round(done / (total or 1.0) * 100) - bar.n)
 
                 path = build_model(
                     args.source,
@@ -337,17 +337,20 @@ def _config(args: argparse.Namespace) -> int:
     from . import settings
 
     if args.key is None:
-        current = settings.load()
         for key, meaning in settings.KNOWN.items():
-            print(f"{key} = {current.get(key, '')}    # {meaning}")
+            print(f"{key} = {settings.text(key)}    # {meaning}")
         return EXIT_OK
     if args.key not in settings.KNOWN:
         _err(f"unknown setting {args.key!r}; known: {', '.join(settings.KNOWN)}")
         return EXIT_USAGE
     if args.value is None:
-        print(settings.get(args.key, ""))
+        print(settings.text(args.key))
         return EXIT_OK
-    settings.set_value(args.key, args.value or None)
+    try:
+        settings.set_value(args.key, args.value or None)
+    except ValueError as err:  # e.g. "maybe" for a true/false setting
+        _err(str(err))
+        return EXIT_USAGE
     return EXIT_OK
 
 
@@ -366,7 +369,7 @@ def _download(args: argparse.Namespace) -> int:
     bar: tqdm | None = None
     stage_now = ""
 
-    def progress(stage: str, done: float, total: float) -> None:
+    def progress(done: float, total: float, stage: str = "") -> None:
         nonlocal bar, stage_now
         if stage != stage_now:
             if bar is not None:
@@ -413,19 +416,17 @@ def _transcribe(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .audio.decode import MediaError
+    from .errors import EngineError
     from .library.rescue import rescue_note
-    from .models.store import ModelNotInstalledError, resolve_model
+    from .models.store import ModelNotInstalledError
+    from .service.files import transcribe_media
+    from .service.models import ModelCache
     from .transcript.export import FORMATS, ExportExistsError, export
     from .whisper.decoding import DecodingError
-    from .whisper.model import RUN_ERRORS, ModelNotBuiltError, WhisperModel
+    from .whisper.model import ModelNotBuiltError
     from .whisper.prompt import plan_prompt
     from .whisper.runtime import DeviceError
-    from .whisper.transcribe import (
-        TranscribeOptions,
-        batching_fits,
-        language_set,
-        transcribe_file,
-    )
+    from .whisper.transcribe import TranscribeOptions, batching_fits, language_set
 
     formats = list(dict.fromkeys(f.strip().lower() for f in args.format.split(",") if f.strip()))
     unknown = [f for f in formats if f not in FORMATS]
@@ -436,13 +437,15 @@ def _transcribe(args: argparse.Namespace) -> int:
     if args.channels == "split" and (args.speakers is not None or args.speaker_model is not None):
         _err("--channels split labels speakers by channel; leave out --speakers/--speaker-model")
         return EXIT_USAGE
+    models = ModelCache(threads=args.threads)
+    encoder = None
     if args.speakers is not None or args.speaker_model is not None:
-        speakers = _speaker_setup(args)
-        if speakers is None:
+        setup = _speaker_setup(args, models)
+        if setup is None:
             return EXIT_USAGE
+        speakers, encoder = setup
     try:
-        folder = resolve_model(args.model, device=args.device)
-        model = WhisperModel(folder, device=args.device, threads=args.threads)
+        model = models.model(args.model, args.device)
     except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
         _err(str(err))
         return EXIT_USAGE
@@ -509,33 +512,28 @@ def _transcribe(args: argparse.Namespace) -> int:
                 bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]",
             ) as bar:
 
-                def progress(done: float, total: float, bar: tqdm = bar) -> None:
+                def progress(done: float, total: float, stage: str = "", bar=bar) -> None:
+                    if stage == "speakers":
+                        bar.set_postfix_str("speakers")
+                        return
                     if total > 0 and bar.total != total:
                         bar.total = total
                     bar.update(done - bar.n)
 
-                if args.channels == "split":
-                    from .speakers.channels import transcribe_channels
-
-                    transcript = transcribe_channels(
-                        model, path, options, progress=progress, cancel=cancel, notes=notes
-                    )
-                elif speakers is None:
-                    transcript = transcribe_file(
-                        model, path, options, progress=progress, cancel=cancel
-                    )
-                else:
-                    transcript = _transcribe_speakers(
-                        model, path, options, speakers, progress, cancel, bar
-                    )
+                transcript = transcribe_media(
+                    model, path, options,
+                    speakers="channels" if args.channels == "split" else speakers or "off",
+                    encoder=encoder, progress=progress, cancel=cancel, notes=notes, warn=_err,
+                )  # fmt: skip
             for note in notes:
                 _err(note)
         except (MediaError, DecodingError, OSError, ValueError) as err:
             _err(f"{path}: {err}" if str(path) not in str(err) else str(err))
             failed += 1
             continue
-        except RUN_ERRORS as err:  # the engine itself failed on this file; go on with the next
-            _err(f"{path}: the transcription engine failed ({str(err).splitlines()[0][:300]})")
+        except (EngineError, MemoryError) as err:  # the engine failed on this file; go on
+            first = (str(err) or type(err).__name__).splitlines()[0][:300]
+            _err(f"{path}: the transcription engine failed ({first})")
             failed += 1
             continue
         try:
@@ -554,52 +552,24 @@ def _transcribe(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _speaker_setup(args: argparse.Namespace):
-    """(diarization options, speaker encoder) for --speakers, or None after saying why not."""
-    from .models.store import ModelNotInstalledError, resolve_speaker_model
+def _speaker_setup(args: argparse.Namespace, models):
+    """(the speakers option, the speaker encoder) for --speakers, loaded now so that a missing
+    model is said before any work; None after saying why it cannot be."""
+    from .models.store import ModelNotInstalledError
     from .speakers.diarize import parse_speakers
-    from .speakers.encoder import SpeakerEncoder, SpeakerModelError
+    from .speakers.encoder import SpeakerModelError
     from .whisper.runtime import DeviceError
 
     try:
-        options = parse_speakers(args.speakers or "auto")
-        encoder = SpeakerEncoder(
-            resolve_speaker_model(args.speaker_model), device=args.device, threads=args.threads
-        )
+        speakers = args.speakers or "auto"
+        parse_speakers(speakers)
+        encoder = models.speaker_encoder(args.device, args.speaker_model, quiet=False)
     except (ValueError, ModelNotInstalledError, SpeakerModelError, DeviceError) as err:
         _err(str(err))
         return None
     if not args.quiet:
         print(f"speakers: {encoder.name} ({encoder.kind})", file=sys.stderr)
-    return options, encoder
-
-
-def _transcribe_speakers(model, path, options, speakers, progress, cancel, bar):
-    """Transcribe with word timestamps, label speakers, name voices saved as profiles."""
-    from .speakers.diarize import diarize_file
-    from .speakers.profiles import ProfileError, apply_profiles, match_threshold_for
-
-    diarize_options, encoder = speakers
-
-    def staged(stage: str, done: float, total: float) -> None:
-        if stage == "transcribe":
-            progress(done, total)
-        else:
-            bar.set_postfix_str("speakers")
-
-    result = diarize_file(
-        model, path, encoder, diarize_options, options, progress=staged, cancel=cancel
-    )
-    try:
-        apply_profiles(
-            result.transcript,
-            result.diarization.centroids,
-            match_threshold_for(encoder.kind),
-            model=encoder.name,
-        )
-    except ProfileError as err:  # a broken profile file must not cost the transcript
-        _err(f"voice profiles not used: {err}")
-    return result.transcript
+    return speakers, encoder
 
 
 if __name__ == "__main__":

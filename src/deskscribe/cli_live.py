@@ -101,17 +101,17 @@ def _device(kind: str, wanted: str | None):
     return find_device(kind, wanted) if wanted else default_device(kind)
 
 
-def _speaker_encoder(args: argparse.Namespace):
+def _speaker_encoder(args: argparse.Namespace, models):
     """The speaker model for live labels; None when off or (by default) none is installed;
     False after saying why one that was asked for cannot be used."""
-    from .models.store import ModelNotInstalledError, resolve_speaker_model
-    from .speakers.encoder import SpeakerEncoder, SpeakerModelError
+    from .models.store import ModelNotInstalledError
+    from .speakers.encoder import SpeakerModelError
 
     if args.speakers is False:
         return None
     asked = args.speakers or args.speaker_model is not None
     try:
-        encoder = SpeakerEncoder(resolve_speaker_model(args.speaker_model))
+        encoder = models.speaker_encoder("cpu", args.speaker_model, quiet=False)
     except (ModelNotInstalledError, SpeakerModelError) as err:
         if asked:
             _err(str(err))
@@ -129,10 +129,11 @@ def _speaker_encoder(args: argparse.Namespace):
 def live(args: argparse.Namespace) -> int:
     from .audio.devices import CaptureDeviceError, list_devices
     from .audio.sessions import find_interrupted
-    from .live import LiveOptions, LiveSession
-    from .models.store import ModelNotInstalledError, resolve_model
+    from .models.store import ModelNotInstalledError
+    from .service.live import LiveOptions, LiveSession
+    from .service.models import ModelCache
     from .whisper.decoding import DecodingError
-    from .whisper.model import ModelNotBuiltError, WhisperModel
+    from .whisper.model import ModelNotBuiltError
     from .whisper.runtime import DeviceError
     from .whisper.streaming import StreamingOptions
     from .whisper.transcribe import language_set
@@ -153,9 +154,9 @@ def live(args: argparse.Namespace) -> int:
     except CaptureDeviceError as err:
         _err(str(err))
         return EXIT_USAGE
+    models = ModelCache(threads=args.threads)
     try:
-        folder = resolve_model(args.model, device=args.compute)
-        model = WhisperModel(folder, device=args.compute, threads=args.threads)
+        model = models.model(args.model, args.compute)
     except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
         _err(str(err))
         return EXIT_USAGE
@@ -169,7 +170,7 @@ def live(args: argparse.Namespace) -> int:
             f"an interrupted session from {info.created:%Y-%m-%d %H:%M} was found; "
             f"recover it with: deskscribe sessions recover {info.id}"
         )
-    encoder = _speaker_encoder(args)
+    encoder = _speaker_encoder(args, models)
     if encoder is False:
         return EXIT_USAGE
     options = LiveOptions(
@@ -222,7 +223,7 @@ def _detach_from_terminal() -> None:
 
 
 def _run(session, args: argparse.Namespace, tty: bool) -> int:
-    from .live import Problem, Started, Stopped, TextUpdate
+    from .service.live import Problem, Started, Stopped, TextUpdate
 
     session.start()
     began = time.monotonic()
@@ -298,7 +299,7 @@ def _show(event, tty: bool) -> None:
 def _export(transcript, formats: str, out_dir: Path, stem: str) -> list[Path]:
     """Write ``stem.<fmt>`` files; an existing file is never replaced (``stem (2).<fmt>``):
     in a session folder, ``transcript.json`` is the autosaved text itself."""
-    from .library.jobs import unique_path
+    from .fsutil import unique_path
     from .transcript.export import FORMATS, export
 
     written = []
@@ -338,7 +339,7 @@ def sessions(args: argparse.Namespace) -> int:
 
 def _recover(args: argparse.Namespace, infos: list) -> int:
     from .audio.sessions import export_audio, recover
-    from .library.jobs import unique_path
+    from .fsutil import unique_path
     from .transcript import Transcript
 
     match = infos[:1] if args.session == "latest" else [i for i in infos if i.id == args.session]
@@ -363,15 +364,17 @@ def _recover(args: argparse.Namespace, infos: list) -> int:
 
 
 def _retranscribe(args: argparse.Namespace, audio: Path, out_dir: Path) -> int:
-    from .models.store import ModelNotInstalledError, resolve_model
-    from .whisper.model import ModelNotBuiltError, WhisperModel
-    from .whisper.transcribe import transcribe_file
+    from .models.store import ModelNotInstalledError
+    from .service.files import transcribe_media
+    from .service.models import ModelCache
+    from .whisper.model import ModelNotBuiltError
+    from .whisper.transcribe import TranscribeOptions
 
     try:
-        model = WhisperModel(resolve_model(args.model))
+        model = ModelCache().model(args.model)
     except (ModelNotInstalledError, ModelNotBuiltError) as err:
         _err(str(err))
         return EXIT_USAGE
-    transcript = transcribe_file(model, audio)
+    transcript = transcribe_media(model, audio, TranscribeOptions())
     _export(transcript, args.format, out_dir, "transcript.full")
     return EXIT_OK

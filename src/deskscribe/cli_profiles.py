@@ -54,8 +54,9 @@ def profiles(args: argparse.Namespace) -> int:
 
 def _save(args: argparse.Namespace) -> int:
     from .audio.decode import MediaError, decode_audio
-    from .models.store import ModelNotInstalledError, resolve_speaker_model
-    from .speakers.encoder import SpeakerEncoder, SpeakerModelError
+    from .models.store import ModelNotInstalledError
+    from .service.models import ModelCache
+    from .speakers.encoder import SpeakerModelError
     from .speakers.profiles import find_speaker, remember_voice
     from .transcript import Transcript
 
@@ -69,7 +70,7 @@ def _save(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     speaker = find_speaker(transcript, args.speaker)
     try:
-        encoder = SpeakerEncoder(resolve_speaker_model(args.speaker_model))
+        encoder = ModelCache().speaker_encoder("cpu", args.speaker_model, quiet=False)
     except (ModelNotInstalledError, SpeakerModelError) as err:
         _err(str(err))
         return EXIT_FAILED

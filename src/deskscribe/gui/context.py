@@ -1,14 +1,15 @@
 """`AppContext`: what every panel gets — the library, models, settings and app-wide signals.
 
-Panels never reach for globals: they ask the context. Models are loaded once per
-(model folder, device) and shared by the file queue and the live window; loading takes seconds,
-so `AppContext.model` must only be called from a worker thread (see `gui.workers`).
+Panels never reach for globals: they ask the context. Models come from one
+`service.models.ModelCache`, loaded once per (model folder, device) and shared by the live
+window and everything else in the app's process (the file queue's jobs run in the engine
+process, with a cache of its own); loading takes seconds, so `AppContext.model` must only be
+called from a worker thread (see `gui.workers`).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,28 +18,13 @@ from PySide6.QtCore import QObject, Signal
 from .. import settings
 from ..paths import ENV_DATA_DIR
 from ..paths import data_dir as default_data_dir
+from ..service.models import DEVICE_CHOICES, ModelCache, runtime_device
 
 if TYPE_CHECKING:
     from ..library import Library
     from ..whisper.model import WhisperModel
 
-DEVICE_CHOICES = {"auto": "Automatic (GPU if available)", "cpu": "CPU", "gpu": "GPU"}
-
-
-def runtime_device(choice: str | None) -> str:
-    """The ONNX Runtime device for the user's choice: auto / cpu / gpu (the first GPU provider
-    this build of ONNX Runtime offers; the model falls back to the CPU if none works)."""
-    if choice in (None, "", "auto"):
-        return "auto"
-    if choice == "gpu":
-        from ..whisper.runtime import COREML, CUDA, DML, available_providers
-
-        present = set(available_providers())
-        for provider, device in ((CUDA, "cuda"), (DML, "directml"), (COREML, "coreml")):
-            if provider in present:
-                return device
-        return "auto"
-    return choice
+__all__ = ["DEVICE_CHOICES", "AppContext", "runtime_device"]
 
 
 class AppContext(QObject):
@@ -62,11 +48,7 @@ class AppContext(QObject):
         from ..library import Library
 
         self.library: Library = Library(self.data_dir / "library.sqlite3")
-        self._models: dict[tuple[str, str], WhisperModel] = {}
-        self._loading: dict[tuple[str, str], threading.Lock] = {}
-        self._lock = threading.Lock()
-        self._encoder: Any = None
-        self._encoder_checked = False
+        self.models = ModelCache(default=lambda: settings.get("default_model"))
 
     # ------------------------------------------------------------------ settings
 
@@ -105,30 +87,7 @@ class AppContext(QObject):
         Worker threads only: the first call per model loads it (seconds). Raises
         `ModelNotInstalledError` (its message says how to get one) or `ModelNotBuiltError`.
         """
-        from ..models.store import ModelNotInstalledError, resolve_model
-        from ..whisper.model import WhisperModel
-
-        wanted = name or self.get("default_model")
-        runs_on = runtime_device(device or self.get("device", "auto"))
-        try:
-            folder = resolve_model(wanted, device=runs_on)  # "tiny.en": the installed variant
-        except ModelNotInstalledError:
-            if name or not wanted:
-                raise
-            folder = resolve_model(None)  # the default was removed: use what is installed
-        key = (str(folder), runs_on)
-        with self._lock:
-            if key in self._models:
-                return self._models[key]
-            loading = self._loading.setdefault(key, threading.Lock())
-        with loading:  # one load per key; other models load in parallel
-            with self._lock:
-                if key in self._models:
-                    return self._models[key]
-            model = WhisperModel(folder, device=key[1])
-            with self._lock:
-                self._models[key] = model
-        return model
+        return self.models.model(name, device or self.get("device", "auto"))
 
     def preload(self):
         """Load the default model on a worker now, while nothing is being transcribed.
@@ -142,29 +101,13 @@ class AppContext(QObject):
         return run_in_worker(self.model, on_error=lambda _e: None, name="preload")
 
     def loaded_models(self) -> list[WhisperModel]:
-        with self._lock:
-            return list(self._models.values())
+        return self.models.loaded()
 
     def forget_models(self, folder: Path | None = None) -> None:
         """Drop cached models (all, or those loaded from ``folder``, e.g. before deleting it)."""
-        with self._lock:
-            for key in [k for k in self._models if folder is None or k[0] == str(folder)]:
-                del self._models[key]
-            self._encoder, self._encoder_checked = None, False  # a speaker model may have come
+        self.models.forget(folder)
 
     def speaker_encoder(self) -> Any | None:
         """The installed speaker-embedding model (WeSpeaker first), loaded once, or None when
         none is installed. Worker threads only."""
-        with self._lock:
-            if self._encoder_checked:
-                return self._encoder
-        from ..models.store import ModelNotInstalledError, resolve_speaker_model
-        from ..speakers.encoder import SpeakerEncoder, SpeakerModelError
-
-        try:
-            encoder = SpeakerEncoder(resolve_speaker_model(None))
-        except (ModelNotInstalledError, SpeakerModelError):
-            encoder = None
-        with self._lock:
-            self._encoder, self._encoder_checked = encoder, True
-        return encoder
+        return self.models.speaker_encoder("cpu")

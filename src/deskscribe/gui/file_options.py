@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..library.jobs import ExportOptions
+from ..service.queue import ExportOptions
 from ..transcript.export import FORMATS
 from .widgets import LanguageCombo
 from .workers import run_in_worker

@@ -1,8 +1,8 @@
 """The Files page: drop files or folders, a queue that transcribes them one at a time.
 
-Each file becomes a library item (`Library.add_file`) and runs through
-`library.jobs.run_file_job` on a worker thread; this panel only keeps the table, the buttons
-and the library in step. A file that fails shows its reason in its row and the queue goes on.
+Each file becomes a library item (`service.queue.queue_files`) and runs through
+`service.queue.run_queued_item` on a worker thread, its job in the engine process; this panel
+only keeps the table, the buttons and the library in step. A file that fails shows its reason in its row and the queue goes on.
 """
 
 from __future__ import annotations
@@ -28,14 +28,9 @@ from PySide6.QtWidgets import (
 
 from ..audio import decode  # noqa: F401 - loads FFmpeg at start, not on a worker thread
 from ..library import Item
-from ..library.engine import EngineProcess, JobRequest
-from ..library.jobs import (
-    ExportOptions,
-    JobOutcome,
-    default_model_name,
-    job_options,
-    queue_files,
-)
+from ..service.engine import EngineProcess
+from ..service.models import queued_model_name, runtime_device
+from ..service.queue import ExportOptions, JobOutcome, job_options, queue_files, run_queued_item
 from .file_options import FileOptions
 from .queue_model import (
     DURATION,
@@ -58,7 +53,7 @@ def _prepare(
     ctx, paths: list[Path], choice, language, speakers, redo: bool, languages=()
 ) -> list[QueueRow]:
     """Worker thread: find the files, skip done ones, add the rest to the library, probe them."""
-    model = default_model_name(choice, ctx.get("default_model"))
+    model = queued_model_name(choice, ctx.get("default_model"))
     options = job_options(model, language, speakers, languages)
     queued = queue_files(ctx.library, paths, options, redo)
     return [QueueRow(q.item_id, q.path, q.status, q.duration, error=q.error,
@@ -66,14 +61,15 @@ def _prepare(
 
 
 def _run_job(
-    engine: EngineProcess, item_id: int, library_path: str, device_choice: str,
+    engine: EngineProcess, library, item_id: int, device_choice: str,
     export_options: ExportOptions, progress=None, cancel=None,
 ) -> JobOutcome:  # fmt: skip
-    """Worker thread: one job in the engine process (see `library.engine` for why a process)."""
-    from .context import runtime_device
-
-    request = JobRequest(item_id, library_path, runtime_device(device_choice), export_options)
-    return engine.run(request, progress=progress, cancel=cancel)
+    """Worker thread: one job in the engine process (see `service.engine` for why a process);
+    its result is stored in the library here, in the app's process."""
+    return run_queued_item(
+        library, item_id, engine.run, device=runtime_device(device_choice),
+        export_options=export_options, progress=progress, cancel=cancel,
+    )  # fmt: skip
 
 
 class FilesPanel(QWidget):
@@ -232,7 +228,7 @@ class FilesPanel(QWidget):
         self._job_id = row.item_id
         self._idle.stop()
         job = functools.partial(
-            _run_job, self.engine, row.item_id, str(self.ctx.library.path),
+            _run_job, self.engine, self.ctx.library, row.item_id,
             self.ctx.get("device", "auto"), self.options.export_options(),
         )  # fmt: skip
         self._job = run_in_worker(

@@ -1,6 +1,6 @@
 """The live window: pick a source, watch levels, start / pause / stop, read and correct the text.
 
-All the work happens in `deskscribe.live.LiveSession` (capture, recording, transcription on its
+All the work happens in `deskscribe.service.live.LiveSession` (capture, recording, transcription on its
 own threads); this panel only turns its events (delivered on the UI thread through a queued
 signal) into widgets. The model loads on a worker thread; device lists are read on one too.
 """
@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..audio.devices import InputDevice
-from ..live import Levels, LiveOptions, LiveSession, Problem, Started, Stopped, TextUpdate
+from ..service.live import Levels, LiveOptions, LiveSession, Problem, Started, Stopped, TextUpdate
 from ..transcript import Transcript
 from .context import AppContext
 from .live_transcript import LiveTranscriptModel, LiveTranscriptView

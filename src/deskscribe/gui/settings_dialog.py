@@ -38,14 +38,10 @@ def _choices():
 
 def _vocabulary_checker(default_model: str | None):
     """A function that fits a vocabulary to the default model's prompt (worker thread)."""
-    from ..models.store import ModelNotInstalledError, resolve_model
+    from ..service.models import pick_model
     from ..whisper.prompt import vocabulary_checker
 
-    try:
-        folder = resolve_model(default_model)
-    except ModelNotInstalledError:
-        folder = resolve_model(None)  # the default was removed: the model that will be used
-    return vocabulary_checker(folder)
+    return vocabulary_checker(pick_model(None, default_model)[1])  # the model that will be used
 
 
 class SettingsDialog(QDialog):

@@ -7,8 +7,10 @@ that crashes a native library takes down only the engine, not the app (and not a
 recording). The engine process lives while there is work, keeps its models loaded between
 jobs, and is started again after a crash.
 
-`EngineProcess.run` is called from a worker thread and returns a `JobOutcome`; it never raises
-for a file's problem. Progress and cancel cross the pipe as small messages.
+`EngineProcess.run(job, progress=..., cancel=...)` is called from a worker thread and returns
+the job's `FileJobResult` (the transcript comes back through the pipe); it never raises for a
+file's problem. Progress and cancel cross the pipe as small messages. The engine never writes
+the app's library: the caller stores the result (``service.queue.run_queued_item``).
 """
 
 from __future__ import annotations
@@ -21,23 +23,13 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
 
-from .db import Library, LibraryError
-from .jobs import ExportOptions, JobOutcome
+from .jobs import FileJob, FileJobResult
 
 log = logging.getLogger(__name__)
 
 ENGINE_NICENESS = 10  # POSIX; Windows: below-normal priority
 CANCEL_GRACE_S = 10.0  # a job that ignores cancel this long is stopped by ending the process
-
-
-@dataclass
-class JobRequest:
-    item_id: int
-    library_path: str
-    device: str  # ONNX Runtime device: auto / cpu / cuda / directml / coreml
-    export_options: ExportOptions | None
 
 
 class EngineProcess:
@@ -92,12 +84,14 @@ class EngineProcess:
             with contextlib.suppress(OSError):
                 end.close()
 
-    def run(self, request: JobRequest, progress=None, cancel: threading.Event | None = None):
+    def run(
+        self, job: FileJob, progress=None, cancel: threading.Event | None = None
+    ) -> FileJobResult:
         """Run one job in the engine process and wait for it (on a worker thread)."""
         self.start()
         proc, commands, events = self._proc, self._commands, self._events
         with contextlib.suppress(OSError, ValueError):  # a dead engine is reported below
-            commands.send(("job", request))
+            commands.send(("job", job))
         asked_to_cancel: float | None = None
         while True:
             if cancel is not None and cancel.is_set() and asked_to_cancel is None:
@@ -117,32 +111,24 @@ class EngineProcess:
                 continue
             if not proc.is_alive():
                 if self._closing and asked_to_cancel is None:  # the app is quitting
-                    return JobOutcome(request.item_id, "running", error="stopped with the app")
-                return self._crashed(request, proc.exitcode, asked_to_cancel is not None)
+                    return FileJobResult("running", error="stopped with the app")
+                return self._crashed(proc.exitcode, asked_to_cancel is not None)
             if asked_to_cancel and time.monotonic() - asked_to_cancel > CANCEL_GRACE_S:
                 log.warning("engine ignored cancel for %.0f s; stopping it", CANCEL_GRACE_S)
                 self.close(timeout=1.0)
-                return self._crashed(request, None, True)
+                return self._crashed(None, True)
 
-    def _crashed(self, request: JobRequest, exitcode, cancelled: bool) -> JobOutcome:
+    def _crashed(self, exitcode, cancelled: bool) -> FileJobResult:
         self.close(timeout=0.5)
-        library = Library(request.library_path)
-        try:
-            if cancelled:
-                with contextlib.suppress(LibraryError):  # e.g. removed from the queue
-                    library.update(request.item_id, status="cancelled", error=None)
-                return JobOutcome(request.item_id, "cancelled")
-            message = (
-                "The transcription engine stopped unexpectedly on this file"
-                + (f" (exit code {exitcode})" if exitcode is not None else "")
-                + ". The file may be damaged in a way that crashes the decoder, or the computer "
-                "ran out of memory. Other files are not affected; try converting this one to WAV."
-            )
-            with contextlib.suppress(LibraryError):
-                library.update(request.item_id, status="failed", error=message)
-            return JobOutcome(request.item_id, "failed", error=message)
-        finally:
-            library.close()
+        if cancelled:
+            return FileJobResult("cancelled")
+        return FileJobResult(
+            "failed",
+            error="The transcription engine stopped unexpectedly on this file"
+            + (f" (exit code {exitcode})" if exitcode is not None else "")
+            + ". The file may be damaged in a way that crashes the decoder, or the computer "
+            "ran out of memory. Other files are not affected; try converting this one to WAV.",
+        )
 
 
 # --------------------------------------------------------------------------- the child side
@@ -152,9 +138,8 @@ def serve(commands, events) -> None:
     """The engine process: run jobs from ``commands`` until told to quit or the app goes away;
     progress and results go to ``events``."""
     _lower_priority()
-    from ..models.store import resolve_model
-    from ..whisper.model import WhisperModel
-    from .jobs import run_file_job
+    from .files import run_file_job  # the engine itself: loaded in this process only
+    from .models import ModelCache
 
     jobs: queue.Queue = queue.Queue()
     current: list[threading.Event] = [threading.Event()]
@@ -182,40 +167,20 @@ def serve(commands, events) -> None:
                 return
 
     threading.Thread(target=listen, name="engine-listen", daemon=True).start()
-    models: dict[tuple[str, str], WhisperModel] = {}
-    libraries: dict[str, Library] = {}
-    encoders: dict[str, object] = {}
+    models = ModelCache(keep=1)  # one model at a time: they are big
 
     while (job := jobs.get()) is not None:
         request, cancel = job
-
-        def load_model(name: str | None, device: str = request.device) -> WhisperModel:
-            folder = resolve_model(name, device=device)
-            key = (str(folder), device)
-            if key not in models:
-                models.clear()  # one model at a time: they are big
-                models[key] = WhisperModel(folder, device=device)
-            return models[key]
-
-        def load_encoder(device: str = request.device):
-            if encoders.get(device) is None:  # None is not kept: one may be installed later
-                encoders[device] = _load_speaker_encoder(device)
-            return encoders[device]
-
         try:
-            if request.library_path not in libraries:
-                libraries[request.library_path] = Library(request.library_path)
-            outcome = run_file_job(
-                libraries[request.library_path], request.item_id, load_model,
-                load_encoder=load_encoder,
-                export_options=request.export_options,
-                progress=lambda fraction, eta: send("progress", fraction, eta),
+            result = run_file_job(
+                request, models.model, models.speaker_encoder,
+                progress=lambda done, total, stage="": send("progress", done, total, stage),
                 cancel=cancel,
             )  # fmt: skip
-        except Exception as e:  # the library failed, or the item was deleted meanwhile
-            log.exception("engine: job %s", request.item_id)
-            outcome = JobOutcome(request.item_id, "failed", error=str(e))
-        send("done", replace(outcome, transcript=None))  # the app reads it from the library
+        except Exception as e:  # run_file_job catches a file's problems; this is a bug
+            log.exception("engine: job %s", request.source)
+            result = FileJobResult("failed", error=f"Unexpected error ({type(e).__name__}: {e})")
+        send("done", result)
 
 
 def _lower_priority() -> None:
@@ -231,15 +196,3 @@ def _lower_priority() -> None:
             kernel32.SetPriorityClass(kernel32.GetCurrentProcess(), below_normal)
     except OSError as e:
         log.info("engine priority unchanged: %s", e)
-
-
-def _load_speaker_encoder(device: str = "cpu"):
-    """The installed speaker-embedding model, or None (speaker labels then stay off)."""
-    from ..models.store import ModelNotInstalledError, resolve_speaker_model
-    from ..speakers.encoder import SpeakerEncoder, SpeakerModelError
-
-    try:
-        return SpeakerEncoder(resolve_speaker_model(None), device=device)
-    except (ModelNotInstalledError, SpeakerModelError) as e:
-        log.info("no speaker labels: %s", e)
-        return None

@@ -1,0 +1,133 @@
+"""One file job: decode, transcribe, label speakers (by voice or by channel), name known voices.
+
+``transcribe_media`` is the work itself, shared by ``deskscribe transcribe`` and the file
+queue. ``run_file_job`` runs a typed ``FileJob`` and returns a ``FileJobResult``: every way one
+file can fail ends in its ``status``/``error``, with a message fit for the user, and never in an
+exception, so a queue always goes on. Nothing here stores anything: the caller does (the file
+queue in the library, see ``service.queue``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from ..audio.decode import MediaError, probe
+from ..errors import Cancelled, EngineError, Progress
+from ..models.store import ModelNotInstalledError
+from ..speakers.channels import transcribe_channels
+from ..speakers.diarize import parse_speakers
+from ..transcript import Transcript
+from ..whisper.decoding import DecodingError
+from ..whisper.model import ModelNotBuiltError, WhisperModel
+from ..whisper.runtime import DeviceError
+from ..whisper.transcribe import TranscribeOptions, transcribe_file
+from .jobs import FileJob, FileJobResult
+from .speakers import label_file
+
+log = logging.getLogger(__name__)
+
+
+def transcribe_media(
+    model: WhisperModel,
+    source: str | Path,
+    options: TranscribeOptions,
+    *,
+    speakers: str = "off",
+    encoder=None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    notes: list[str] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Transcript:
+    """The transcript of one media file. ``speakers``: "off"; "channels" (each channel apart,
+    one speaker each; a note goes to ``notes`` when that cannot be, e.g. a mono file); or, with
+    ``encoder``, "auto" / a count / a range (by voice; known voices named). Without an
+    encoder, voices are not labelled. ``progress(done, total, stage)``: stage "" or
+    "transcribe" in seconds of audio, then "speakers"."""
+    if speakers == "channels":
+        return transcribe_channels(
+            model, source, options, progress=progress, cancel=cancel, notes=notes
+        )
+    if speakers == "off" or encoder is None:
+        return transcribe_file(model, source, options, progress=progress, cancel=cancel)
+    return label_file(
+        model, source, encoder, parse_speakers(speakers), options,
+        progress=progress, cancel=cancel, warn=warn,
+    )  # fmt: skip
+
+
+LoadModel = Callable[[str | None, str], WhisperModel]  # (name, device) -> a loaded model
+LoadEncoder = Callable[[str], object]  # (device) -> a speaker encoder, or None
+
+
+def run_file_job(
+    job: FileJob,
+    load_model: LoadModel,
+    load_encoder: LoadEncoder | None = None,
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    on_duration: Callable[[float], None] | None = None,
+) -> FileJobResult:
+    """Run ``job``; ``load_model``/``load_encoder`` are a ``ModelCache``'s ``model`` and
+    ``speaker_encoder`` (or anything alike). ``progress(done, total, stage)`` as in
+    ``transcribe_media``; setting ``cancel`` stops at the next window."""
+    result = FileJobResult("running")
+    try:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("cancelled before it started")
+        result.duration = probe(job.source).duration
+        if on_duration is not None:
+            on_duration(result.duration)
+        model = load_model(job.model, job.device)
+        wants_voices = job.speakers not in ("off", "channels")
+        encoder = load_encoder(job.device) if wants_voices and load_encoder else None
+        result.transcript = transcribe_media(
+            model, job.source, transcribe_options(job),
+            speakers=job.speakers, encoder=encoder, progress=progress, cancel=cancel,
+            notes=result.notes,
+        )  # fmt: skip
+    except Cancelled:
+        return FileJobResult("cancelled", duration=result.duration)
+    except (MediaError, DecodingError, ModelNotInstalledError, ModelNotBuiltError) as e:
+        return _failed(result, str(e))
+    except DeviceError as e:
+        return _failed(result, f"The chosen device cannot be used: {e}")
+    except EngineError as e:
+        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        return _failed(result, f"The transcription engine failed on this file: {first}")
+    except MemoryError:
+        return _failed(result, "Not enough memory for this file; close other programs.")
+    except Exception as e:  # a bug: still, this file fails alone and the queue goes on
+        log.exception("file job %s failed", job.source)
+        return _failed(result, f"Unexpected error ({type(e).__name__}: {e})")
+    result.status = "done"
+    return result
+
+
+def local_runner(
+    load_model: LoadModel, load_encoder: LoadEncoder | None = None
+) -> Callable[..., FileJobResult]:
+    """Run jobs in this process with these model loaders (e.g. a ``ModelCache``'s)."""
+
+    def run(job: FileJob, progress=None, cancel=None) -> FileJobResult:
+        return run_file_job(job, load_model, load_encoder, progress=progress, cancel=cancel)
+
+    return run
+
+
+def transcribe_options(job: FileJob) -> TranscribeOptions:
+    return TranscribeOptions(
+        language=job.language or None,
+        languages=tuple(job.languages),
+        batched=job.batched,
+        vocabulary=job.vocabulary or None,
+    )
+
+
+def _failed(result: FileJobResult, message: str) -> FileJobResult:
+    result.status, result.error, result.transcript = "failed", message, None
+    return result
