@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -175,6 +175,74 @@ class PulseServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+
+    def play_recorded(
+        self, wav_path: str | os.PathLike[str], sink: str, recorded: Callable[[], int]
+    ) -> Played:
+        """Play a WAV file into `sink` while something records its monitor; ``recorded()`` says
+        how many (16 kHz) samples that recording holds. See `Played`."""
+        return Played(self, wav_path, sink, recorded)
+
+
+# Audio the capture side may still hold when paplay ends (PortAudio's and the sound server's
+# buffers, the recorder's 50 ms drain), in seconds of audio: a margin counted in recorded
+# samples, not in wall-clock time, so a busy machine that delays the recorder delays the wait
+# with it.
+CAPTURE_LATENCY_S = 0.3
+
+
+class Played:
+    """A clip played into a sink, and whether a recording of the sink's monitor holds all of it.
+
+    paplay ends once the sink has played every sample it sent (it drains its stream). From
+    paplay's start to its end the sink played ``ended_at - started_at`` seconds (the clip and
+    any silence before it began), so the recording holds all of the clip once it has grown by
+    at least that many samples since paplay started, plus `CAPTURE_LATENCY_S`: samples
+    captured >= samples played. This replaces a fixed sleep after paplay, which a loaded
+    machine could outrun (the recorder behind, the tail of the clip cut off by Stop)."""
+
+    RATE = 16_000
+
+    def __init__(self, server: PulseServer, wav_path, sink: str, recorded: Callable[[], int]):
+        self.recorded = recorded
+        self.start_samples = recorded()
+        self.started_at = time.monotonic()
+        self.proc = server.play(wav_path, sink)
+        self.ended_at: float | None = None
+
+    def ended(self) -> bool:
+        """paplay has ended (it played everything or failed: see ``proc.returncode``)."""
+        if self.ended_at is None and self.proc.poll() is not None:
+            self.ended_at = time.monotonic()
+        return self.ended_at is not None
+
+    @property
+    def needed(self) -> int | None:
+        """The samples the recording must hold to have all of the clip (None: still playing)."""
+        if not self.ended():
+            return None
+        assert self.ended_at is not None
+        played_s = self.ended_at - self.started_at + CAPTURE_LATENCY_S
+        return self.start_samples + round(played_s * self.RATE)
+
+    def heard(self) -> bool:
+        """paplay has ended and the recording holds every sample the sink played meanwhile."""
+        needed = self.needed
+        return needed is not None and self.recorded() >= needed
+
+    def wait(self, timeout: float = 120.0) -> None:
+        """Block until `heard` (not for a UI thread: there use ``qtbot.waitUntil(heard)``)."""
+        deadline = time.monotonic() + timeout
+        while not self.heard():
+            if self.ended() and self.proc.returncode != 0:
+                raise AssertionError(f"paplay failed: {self.proc.stderr.read()!r}")
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"not recorded in {timeout} s: paplay ended={self.ended()}, recorded "
+                    f"{self.recorded()} samples, needed {self.needed}"
+                )
+            time.sleep(0.02)
+        assert self.proc.returncode == 0, self.proc.stderr.read()
 
 
 def _reinit_portaudio() -> None:

@@ -22,15 +22,18 @@ from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
-from conftest import wer  # noqa: E402
+from conftest import espeak, load, wer  # noqa: E402
 from conversations import build  # noqa: E402
+from deskscribe.audio.decode import decode_audio  # noqa: E402
 from deskscribe.gui.segments_model import SPEAKER, TEXT, TIME  # noqa: E402
 from deskscribe.library import Library  # noqa: E402
 from deskscribe.speakers.profiles import list_profiles  # noqa: E402
 from deskscribe.transcript import FORMATS, Transcript  # noqa: E402
-from files_support import FOX, run_queue  # noqa: E402
+from files_support import FOX, STORY, run_queue  # noqa: E402
+from media import write_media  # noqa: E402
 
 LEFT = Qt.MouseButton.LeftButton
+SR = 16000
 
 
 def answer_dialog(act) -> None:
@@ -165,9 +168,24 @@ def test_edit_rename_merge_find_copy_and_export(
     assert list_profiles() == []
 
 
-def test_click_a_time_plays_from_there(qtbot, pulse, window, ctx, media, monkeypatch):
-    """Click a segment's time: its audio plays from the segment's start into the sound server
-    (a null sink, recorded from its monitor); a player without a device says so."""
+@pytest.fixture
+def lighthouse(speech_dir, tmp_path):
+    """Four sentences (files_support.STORY) over a quiet noise bed (-50 dBFS), as FLAC: every
+    moment of the file sounds different, so where a recording of its playback starts is known
+    to the sample (in silence it would not be)."""
+    parts = [load(espeak(t, speech_dir / f"gui-story-{i}.wav", voice="en")) for i, t in
+             enumerate(STORY[:4])]  # fmt: skip
+    gap = np.zeros(int(0.7 * SR), np.float32)
+    speech = np.concatenate([gap, *(x for p in parts for x in (p, gap))])
+    bed = np.random.default_rng(17).normal(0, 0.003, speech.shape[0]).astype(np.float32)
+    return write_media(tmp_path / "lighthouse.flac", (speech + bed)[None, :], rate=SR,
+                       codec="flac")  # fmt: skip
+
+
+def test_click_a_time_plays_from_there(qtbot, pulse, window, ctx, lighthouse, monkeypatch):
+    """Click a later line's time: its audio plays from that line's start into the sound
+    server (a null sink, recorded from its monitor; where the recording starts in the file
+    is found by cross-correlation); a player without a device says so."""
     sink = "gui_playback"  # a name of its own: the sound server is shared by the test session
     monitor = pulse.add_null_sink(sink)
     pulse.set_default_sink(sink)
@@ -175,7 +193,7 @@ def test_click_a_time_plays_from_there(qtbot, pulse, window, ctx, media, monkeyp
     # PULSE_SINK: the playback goes to this sink whatever another test left as the default.
     monkeypatch.setenv("PULSE_SINK", sink)
     try:
-        _play_and_hear(qtbot, pulse, monitor, window, media)
+        _play_and_hear(qtbot, pulse, monitor, window, lighthouse)
     finally:
         pulse.remove_sink(sink)
 
@@ -209,32 +227,56 @@ class _Recorder:
         return np.frombuffer(bytes(self.data), np.int16).astype(np.float32) / 32768
 
 
-def _play_and_hear(qtbot, pulse, monitor, window, media) -> None:
+def played_from(heard: np.ndarray, source: np.ndarray, seconds: float = 2.0) -> float | None:
+    """Where in ``source`` the playback recorded in ``heard`` starts (s); None if nothing was
+    heard. Before it the sink's monitor is digital silence; the first ``seconds`` of what it
+    played are found in ``source`` at the peak of their normalized cross-correlation."""
+    loud = np.flatnonzero(np.abs(heard) > 0.0005)  # 16 LSB; the noise bed is ~100
+    if loud.size == 0:
+        return None
+    piece = heard[loud[0] : loud[0] + int(seconds * SR)].astype(np.float64)
+    src = source.astype(np.float64)
+    size = 1 << (src.size + piece.size).bit_length()
+    corr = np.fft.irfft(np.fft.rfft(src, size) * np.conj(np.fft.rfft(piece, size)), size)
+    energy = np.concatenate([[0.0], np.cumsum(src**2)])
+    window = energy[piece.size :] - energy[: -piece.size]  # source energy under the piece
+    score = corr[: window.size] / np.sqrt(np.maximum(window, 1e-12))
+    return int(np.argmax(score)) / SR
+
+
+def _play_and_hear(qtbot, pulse, monitor, window, path) -> None:
     _win, files, view, _lib = window
-    rows = run_queue(qtbot, files, [media["fox"], media["plants"]])
-    open_in_view(qtbot, files, view, rows["plants.m4a"].item_id)
+    rows = run_queue(qtbot, files, [path])
+    open_in_view(qtbot, files, view, rows[path.name].item_id)
+    segments = view.transcript.segments
+    starts = [round(s.start, 2) for s in segments]
+    # A later line: the third, seconds into the file, its start unlike the others'.
+    row = 2
+    assert len(segments) >= 4 and segments[row].start >= 3.0, starts
+    assert len(set(starts)) == len(starts), starts
+    start = segments[row].start
 
     rec = _Recorder(pulse, monitor)
     try:
         # Click only once the recorder is hearing the sink (parec can be slow to connect).
         qtbot.waitUntil(lambda: rec.seconds() > 0.2, timeout=10_000)
-        index = view.model.index(0, TIME)
+        index = view.model.index(row, TIME)
         qtbot.mouseClick(view.table.viewport(), LEFT, pos=view.table.visualRect(index).center())
         assert view.play_button.text() == "Stop"
-        qtbot.waitUntil(lambda: view.player.position() > 1.0, timeout=10_000)
-        assert view.model.playing == 0  # the playing segment is marked
+        qtbot.waitUntil(lambda: view.player.position() > start + 1.0, timeout=10_000)
+        assert view.model.playing == row  # the playing segment is marked
         streams = pulse._pactl("list", "sink-inputs").stdout  # where it plays, should it fail
-        qtbot.waitUntil(lambda: view.play_button.text() == "Play", timeout=20_000)  # the end
+        qtbot.waitUntil(lambda: view.play_button.text() == "Play", timeout=30_000)  # the end
         assert not view.player.is_playing and view.model.playing is None
         heard_until = rec.seconds() + 0.5
         qtbot.waitUntil(lambda: rec.seconds() > heard_until, timeout=10_000)
     finally:
         heard = rec.stop()
-    # Loudest 100 ms: the recorder covers the whole playback, spoken audio is well above 0.01.
-    frames = heard[: heard.size // 1600 * 1600].reshape(-1, 1600)
-    loudest = float(np.sqrt((frames**2).mean(axis=1)).max()) if frames.size else 0.0
+    began = played_from(heard, decode_audio(path))
     sinks = pulse._pactl("list", "short", "sinks").stdout
-    assert loudest > 0.01, f"nothing reached the speakers; sinks:\n{sinks}\nplaying:\n{streams}"
+    assert began is not None, f"nothing reached the speakers; sinks:\n{sinks}\nplaying:\n{streams}"
+    print(f"line {row + 1} at {start:.2f} s (lines at {starts}): playback began at {began:.3f} s")
+    assert abs(began - start) <= 0.3, (began, start, starts)
     assert not view.banner.isVisible()
 
     view.player.device = "no such speakers"

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +71,7 @@ def wait_for(session: LiveSession, kind: type, timeout: float = 30.0):
 
 
 def run_session(session: LiveSession, play) -> tuple[Stopped, list]:
-    """Start, play (a callable that returns when the sound has been played), stop at once."""
+    """Start, play (a callable that returns when the sound has been recorded), stop at once."""
     session.start()
     started, seen = wait_for(session, Started)
     assert started.folder.is_dir()
@@ -80,13 +81,24 @@ def run_session(session: LiveSession, play) -> tuple[Stopped, list]:
     return stopped, seen + rest
 
 
-def played(pulse, wav: Path, sink: str):
+def played(pulse, wav: Path, sink: str, session: LiveSession):
+    """Play ``wav`` into ``sink``; return once ``session`` has recorded all of it (samples
+    recorded >= samples played, see ``pulse.Played``), however late its recorder is."""
+
     def play() -> None:
-        proc = pulse.play(wav, sink)
-        assert proc.wait(timeout=120) == 0, proc.stderr.read()
-        time.sleep(0.3)  # what paplay wrote has left the sink's buffer
+        pulse.play_recorded(wav, sink, lambda: session.recording.samples).wait()
 
     return play
+
+
+def on_disk(data_dir: Path) -> Callable[[], int]:
+    """Samples the (one) session of another process has written to ``data_dir`` so far."""
+
+    def samples() -> int:
+        sessions = list_sessions(data_dir / "sessions")
+        return round(sessions[0].duration_s * SR) if sessions else 0
+
+    return samples
 
 
 def test_system_audio_live_transcript_matches_and_stop_commits_the_end(
@@ -103,7 +115,7 @@ def test_system_audio_live_transcript_matches_and_stop_commits_the_end(
     session = LiveSession(
         tiny_model, LiveOptions(source="system", system=find_device("system", monitor))
     )
-    stopped, events = run_session(session, played(pulse, wav, "live_speakers"))
+    stopped, events = run_session(session, played(pulse, wav, "live_speakers", session))
 
     text = " ".join(s.text for s in stopped.transcript.segments)
     assert wer(" ".join(TURNS), text) < 0.2, text
@@ -142,12 +154,15 @@ def test_meeting_mode_attributes_each_voice_to_its_source(
     mic_wav = write_wav(tmp_path / "mic.wav", mic_audio)
     sys_wav = write_wav(tmp_path / "sys.wav", sys_audio)
 
-    def play() -> None:
-        a, b = pulse.play(mic_wav, "live_headset"), pulse.play(sys_wav, "live_call")
-        assert a.wait(timeout=120) == 0 and b.wait(timeout=120) == 0
-        time.sleep(0.5)
-
     session = LiveSession(tiny_model, LiveOptions(source="both", mic=mic, system=system))
+
+    def play() -> None:
+        recorded = lambda: session.recording.samples  # noqa: E731 (both tracks, in step)
+        a = pulse.play_recorded(mic_wav, "live_headset", recorded)
+        b = pulse.play_recorded(sys_wav, "live_call", recorded)
+        a.wait()
+        b.wait()
+
     stopped, _ = run_session(session, play)
 
     said = {"You": [], "Others": []}
@@ -187,21 +202,24 @@ def test_kill_9_mid_session_is_recovered(pulse, tiny_fp32, turns, data_dir, tmp_
         while not (lines and lines[-1].startswith("recording")):
             lines.append(proc.stderr.readline())
             assert lines[-1], "".join(lines)  # the process ended before recording
-        player = pulse.play(wav, "live_crash")
+        recorded = on_disk(data_dir)
+        player = pulse.play_recorded(wav, "live_crash", recorded)
         started = time.monotonic()
-        # Kill it while the third turn is being spoken, once the second turn's last word is
-        # in the autosaved transcript (how soon depends on how busy this machine is).
+        # Kill it while the third turn is being spoken (the recording on disk has reached
+        # it), once the second turn's last word is in the autosaved transcript (how soon
+        # depends on how busy this machine is).
         third_starts = 0.3 + (turns[0].shape[0] + turns[1].shape[0]) / SR + 2.0
         saved = data_dir / "sessions"
         while time.monotonic() - started < 90:
             texts = [p.read_text() for p in saved.glob("*/transcript.json")]
-            if any("green" in t for t in texts) and time.monotonic() - started > third_starts:
+            reached = recorded() - player.start_samples >= third_starts * SR
+            if any("green" in t for t in texts) and reached:
                 break
             time.sleep(0.2)
         recorded_for = time.monotonic() - started
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        player.wait(timeout=60)
+        player.proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -237,11 +255,14 @@ def test_pause_leaves_out_what_was_said_meanwhile(pulse, tiny_model, turns, data
     )
     session.start()
     wait_for(session, Started)
+    # Read from the device, recorded or (while paused) dropped: the paused turn is over, to
+    # its last sample, before Resume.
+    taken = lambda: session.recording.capture.position  # noqa: E731
     for i, turn in enumerate(turns):
         if i == 1:
             session.pause()
         wav = write_wav(tmp_path / f"p{i}.wav", np.concatenate([turn, gap(1.0)]))
-        played(pulse, wav, "live_pause")()
+        pulse.play_recorded(wav, "live_pause", taken).wait()
         if i == 1:
             session.resume()
     session.stop()
@@ -266,7 +287,7 @@ def test_noise_and_hum_give_no_text(pulse, tiny_model, data_dir, tmp_path):
     session = LiveSession(
         tiny_model, LiveOptions(source="system", system=find_device("system", monitor))
     )
-    stopped, events = run_session(session, played(pulse, wav, "live_noise"))
+    stopped, events = run_session(session, played(pulse, wav, "live_noise", session))
     assert stopped.transcript.segments == []
     assert not any(isinstance(e, TextUpdate) and e.tentative for e in events)
     levels = [e.levels["system"] for e in events if isinstance(e, Levels)]
@@ -337,14 +358,14 @@ def test_unplugged_device_is_reported_and_the_session_goes_on_with_another(
     session.start()
     wait_for(session, Started)
     played(pulse, write_wav(tmp_path / "a.wav", np.concatenate([turns[0], gap(1.5)])),
-           "live_usb_headset")()  # fmt: skip
+           "live_usb_headset", session)()  # fmt: skip
     pulse.remove_sink("live_usb_headset")
     problem, _ = wait_for(session, Problem)
     assert problem.track == "system" and not problem.fatal
     assert "live_usb_headset" in problem.message or "device" in problem.message.lower(), problem
     session.switch_device("system", find_device("system", spare))
     played(pulse, write_wav(tmp_path / "b.wav", np.concatenate([turns[1], gap(1.5)])),
-           "live_spare")()  # fmt: skip
+           "live_spare", session)()  # fmt: skip
     session.stop()
     stopped, _ = wait_for(session, Stopped, timeout=120)
     said = normalize(stopped.transcript.text)
@@ -377,7 +398,7 @@ def test_cli_live_prints_lines_and_ctrl_c_commits_the_last_words(
         while not (lines and lines[-1].startswith("recording")):
             lines.append(proc.stderr.readline())
             assert lines[-1], "".join(lines)
-        played(pulse, wav, "live_cli_lines")()
+        pulse.play_recorded(wav, "live_cli_lines", on_disk(data_dir)).wait()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:

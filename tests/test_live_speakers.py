@@ -76,9 +76,9 @@ def test_three_voices_get_three_stable_labels_live(
     )
     session.start()
     next_event(session, Started, 30)
-    player = pulse.play(conv.path, "live_three")
-    assert player.wait(timeout=300) == 0
-    time.sleep(1.5)
+    # Stop once every sample played is recorded (see pulse.Played).
+    played = pulse.play_recorded(conv.path, "live_three", lambda: session.recording.samples)
+    played.wait(timeout=300)
     session.stop()
     events: list = []
     stopped = next_event(session, Stopped, 180, events)
@@ -193,9 +193,11 @@ def test_a_broken_profile_file_at_stop_still_stops_with_the_text(
     )
     session.start()
     next_event(session, Started, 30)
-    player = pulse.play(conv.path, "live_broken_profiles")
-    assert player.wait(timeout=300) == 0
-    time.sleep(1.5)
+    # Stop once every sample played is recorded (see pulse.Played).
+    played = pulse.play_recorded(
+        conv.path, "live_broken_profiles", lambda: session.recording.samples
+    )
+    played.wait(timeout=300)
     session.stop()
     stopped = next_event(session, Stopped, 180)
     words = " ".join(s.text for s in stopped.transcript.segments).split()
