@@ -24,6 +24,7 @@ from deskscribe.audio.decode import (
     probe,
 )
 from media import pick_encoder, tone, write_media
+from skips import other_os
 
 LEAD = 0.5  # seconds of silence before the tones, to check the timeline is not shifted
 TONE_S = 2.0
@@ -172,7 +173,7 @@ def _open_fds_for(path: Path) -> list[str]:
     return out
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason=other_os("Linux", "needs /proc"))
 def test_file_is_closed_after_use(tmp_path):
     path = write_media(tmp_path / "c.wav", tone(3.0, 16000), 16000)
     blocks = decode_blocks(path, block_seconds=1.0)

@@ -6,6 +6,7 @@ the local hub server of test_download (the catalog's tiny.en is served there).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -212,8 +213,12 @@ def test_window_size_and_page_are_remembered_across_starts(app_env):  # noqa: F8
 
 def test_offline_speaker_model_installs_and_enables_speaker_labels(qtbot, app_env, window):  # noqa: F811
     panel = window.models_panel
-    if not panel.speaker_btn.isEnabled():
-        pytest.skip(panel.speaker_btn.toolTip())
+    # The button's state comes from speaker_starter_available(), the code under test: it is
+    # asserted, not skipped on. Only a machine without resemblyzer at all (looked up here
+    # independently) skips, and that fails in CI, where scripts/test.sh installs it.
+    if importlib.util.find_spec("resemblyzer") is None:
+        pytest.skip("resemblyzer is not installed (pip install --no-deps resemblyzer==0.1.4)")
+    assert panel.speaker_btn.isEnabled(), panel.speaker_btn.toolTip()
     assert window.ctx.speaker_encoder() is None
     qtbot.mouseClick(panel.speaker_btn, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: panel.table.rowCount() == 1, timeout=120_000)

@@ -14,8 +14,9 @@ from deskscribe.audio.recorder import SessionRecorder
 from deskscribe.library.db import Library
 from deskscribe.paths import data_dir
 from deskscribe.transcript import Segment, Transcript
+from skips import other_os
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+pytestmark = pytest.mark.skipif(os.name != "posix", reason=other_os("POSIX", "file modes"))
 
 
 def mode(path: Path) -> int:

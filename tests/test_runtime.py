@@ -14,6 +14,7 @@ from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
 from deskscribe.whisper.features import log_mel
 from deskscribe.whisper.model import ModelNotBuiltError, WhisperModel
 from deskscribe.whisper.runtime import CPU, CUDA, DeviceError, available_providers
+from skips import gpu
 
 RuntimeException = onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException
 
@@ -25,7 +26,7 @@ def _speech(seconds: float = 4.0) -> np.ndarray:
 
 def test_missing_gpu_provider_falls_back_to_cpu_with_a_reason(tiny_fp32: Path) -> None:
     if CUDA in available_providers():
-        pytest.skip("this machine has CUDA; the fallback is exercised where it has not")
+        pytest.skip(gpu("this machine has CUDA; the fallback is exercised where it has not"))
     model = WhisperModel(tiny_fp32, device="cuda")
     assert model.runtime.provider == CPU
     assert any("CUDA" in note and "deskscribe[cuda]" in note for note in model.runtime.notes)

@@ -26,6 +26,7 @@ from deskscribe.transcript import (
     format_timestamp,
     render,
 )
+from skips import other_os
 
 # The package re-exports the export() function under the submodule's name, so reach the module
 # itself through the import system.
@@ -381,7 +382,7 @@ def test_export_missing_directory(tmp_path: Path) -> None:
         export(_transcript(), tmp_path / "nope" / "out.txt")
 
 
-@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+@pytest.mark.skipif(os.name != "posix", reason=other_os("POSIX", "file modes"))
 def test_export_file_mode_follows_umask(tmp_path: Path) -> None:
     old = os.umask(0o027)
     try:
