@@ -34,6 +34,8 @@ from media import write_media  # noqa: E402
 
 LEFT = Qt.MouseButton.LeftButton
 SR = 16000
+SOUND = 16  # 16-bit steps: more is sound (the sink's monitor is digital silence, the noise bed
+# of `lighthouse` is about 100)
 
 
 def answer_dialog(act) -> None:
@@ -220,6 +222,12 @@ class _Recorder:
     def seconds(self) -> float:
         return len(self.data) / 2 / self.RATE
 
+    def sounding(self) -> float:
+        """Seconds heard since the first sound (0 while all is digital silence)."""
+        heard = np.frombuffer(bytes(self.data[: len(self.data) // 2 * 2]), np.int16)
+        loud = np.flatnonzero(np.abs(heard) > SOUND)
+        return (heard.size - loud[0]) / self.RATE if loud.size else 0.0
+
     def stop(self) -> np.ndarray:
         self.proc.terminate()
         self.proc.wait(timeout=5)
@@ -231,7 +239,7 @@ def played_from(heard: np.ndarray, source: np.ndarray, seconds: float = 2.0) -> 
     """Where in ``source`` the playback recorded in ``heard`` starts (s); None if nothing was
     heard. Before it the sink's monitor is digital silence; the first ``seconds`` of what it
     played are found in ``source`` at the peak of their normalized cross-correlation."""
-    loud = np.flatnonzero(np.abs(heard) > 0.0005)  # 16 LSB; the noise bed is ~100
+    loud = np.flatnonzero(np.abs(heard) > SOUND / 32768)
     if loud.size == 0:
         return None
     piece = heard[loud[0] : loud[0] + int(seconds * SR)].astype(np.float64)
@@ -263,8 +271,8 @@ def _play_and_hear(qtbot, pulse, monitor, window, path) -> None:
         index = view.model.index(row, TIME)
         qtbot.mouseClick(view.table.viewport(), LEFT, pos=view.table.visualRect(index).center())
         assert view.play_button.text() == "Stop"
-        qtbot.waitUntil(lambda: view.player.position() > start + 1.0, timeout=10_000)
-        assert view.model.playing == row  # the playing segment is marked
+        qtbot.waitUntil(lambda: rec.sounding() > 1.0, timeout=10_000)
+        marked = view.model.playing  # the playing segment is marked
         streams = pulse._pactl("list", "sink-inputs").stdout  # where it plays, should it fail
         qtbot.waitUntil(lambda: view.play_button.text() == "Play", timeout=30_000)  # the end
         assert not view.player.is_playing and view.model.playing is None
@@ -277,6 +285,7 @@ def _play_and_hear(qtbot, pulse, monitor, window, path) -> None:
     assert began is not None, f"nothing reached the speakers; sinks:\n{sinks}\nplaying:\n{streams}"
     print(f"line {row + 1} at {start:.2f} s (lines at {starts}): playback began at {began:.3f} s")
     assert abs(began - start) <= 0.3, (began, start, starts)
+    assert marked == row
     assert not view.banner.isVisible()
 
     view.player.device = "no such speakers"
