@@ -20,7 +20,7 @@ from deskscribe.audio.vad import (
     VadOptions,
     regions_from_probabilities,
 )
-from deskscribe.whisper.chunking import RegionTracker
+from deskscribe.whisper.chunking import RegionTracker, speech_chunks
 from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
 from deskscribe.whisper.features import log_mel
 from deskscribe.whisper.runtime import CUDA
@@ -31,6 +31,7 @@ from deskscribe.whisper.transcribe import (
     transcribe_blocks,
     transcribe_file,
 )
+from eval_support import late_term, real_three_windows
 
 SR = 16000
 BATCHED = TranscribeOptions(language="en", batched=True)
@@ -45,6 +46,7 @@ SENTENCES = [
     "Please send your questions to the organisers by email.",
     "That is all for today, see you next week.",
 ]
+KUBERNETES = "The cluster runs on Kubernetes in the data centre."
 
 
 def _silence(seconds: float) -> np.ndarray:
@@ -210,15 +212,22 @@ def test_batched_file_reports_progress_and_language(base_model, sentences, tmp_p
     assert [d for d, _ in progress] == sorted(d for d, _ in progress)
 
 
-def test_initial_prompt_reaches_every_chunk(base_model, speech_dir: Path) -> None:
-    wav = espeak(
-        "Kubernetes clusters run on Hetzner servers.", speech_dir / "prompt.wav", speed=130
-    )
+def test_initial_prompt_reaches_every_chunk(tiny_model, speech_dir: Path) -> None:
+    """A name spoken in the last of three chunks: tiny.en mishears it ("Cuba needs") without
+    the prompt and spells it from the prompt with it (each chunk gets the prompt)."""
+    audio, at = late_term(speech_dir, KUBERNETES, "kubernetes", rounds=3)
+    chunks = list(speech_chunks(_blocks(audio)))
+    assert len(chunks) >= 3 and chunks[-2].file_end <= at  # said in the last chunk
+    without = list(transcribe_blocks(tiny_model, _blocks(audio), BATCHED))
+    assert "planning meeting" in " ".join(s.text for s in without).lower()
+    assert "kubernetes" not in " ".join(s.text for s in without).lower(), [s.text for s in without]
     info = TranscriptionInfo(language=None)
-    opts = TranscribeOptions(batched=True, initial_prompt="Kubernetes, Hetzner, clusters.")
-    segments = list(transcribe_blocks(base_model, [load(wav)], opts, info=info))
-    assert info.language == "en" and info.language_probability > 0.5
-    assert "kubernetes" in " ".join(s.text for s in segments).lower()
+    opts = dataclasses.replace(BATCHED, initial_prompt="Kubernetes, Hetzner, clusters.")
+    segments = list(transcribe_blocks(tiny_model, _blocks(audio), opts, info=info))
+    assert info.path == "batched"
+    said = [s for s in segments if "Kubernetes" in s.text]
+    assert said and said[0].start >= at - 1.0, [(s.start, s.text) for s in segments]
+    assert "planning meeting" in " ".join(s.text for s in segments).lower()
 
 
 def test_no_speech_gives_no_segments(tiny_model) -> None:
@@ -314,31 +323,73 @@ def _spans(segments) -> list[tuple[float, float, str]]:
     return [(s.start, s.end, s.text) for s in segments]
 
 
-def test_conditioning_asked_for_falls_back_to_the_sequential_path(tiny_model, sentences) -> None:
+@dataclasses.dataclass
+class _Conditioning:
+    wav: Path
+    audio: np.ndarray
+    reference: str
+    asked: list  # sequential, condition_on_previous_text=True
+    off: list  # sequential, condition_on_previous_text=False
+
+
+@pytest.fixture(scope="module")
+def conditioning(tiny_model, tmp_path_factory) -> _Conditioning:
+    """A real recording over three 30 s windows (the phone call, JFK, the call again) on the
+    sequential path, conditioned on the previous text and not. On one window (the call or
+    JFK alone) conditioning has nothing to condition on and both give the same segments."""
+    audio, reference = real_three_windows()
+    wav = _write_wav(tmp_path_factory.mktemp("conditioning") / "long.wav", audio)
+    audio = load(wav)  # the samples the CLI reads
+    runs = {
+        cond: list(
+            transcribe_blocks(
+                tiny_model, _blocks(audio), TranscribeOptions("en", condition_on_previous_text=cond)
+            )
+        )
+        for cond in (True, False)
+    }
+    return _Conditioning(wav, audio, reference, runs[True], runs[False])
+
+
+def test_conditioning_changes_later_windows_and_costs_no_accuracy(conditioning) -> None:
+    """Conditioning changes what the later windows say, and costs no accuracy. Measured with
+    tiny.en: WER 0.147 conditioned, 0.196 not (184 words); the bound allows 0.03 (5 words)."""
+    c = conditioning
+    assert len({int(s.start // 30) for s in c.asked}) == 3  # three windows
+    assert _spans(c.asked)[0] == _spans(c.off)[0]  # the first window has no previous text
+    assert _spans(c.asked) != _spans(c.off)  # ... the later ones do
+    on, off = (wer(c.reference, " ".join(s.text for s in r)) for r in (c.asked, c.off))
+    print(f"WER conditioned {on:.3f}, not conditioned {off:.3f}")
+    assert on <= off + 0.03, (on, off)
+
+
+def test_conditioning_asked_for_falls_back_to_the_sequential_path(tiny_model, conditioning) -> None:
     """Previous-text conditioning cannot be batched: asked for, the sequential seek loop runs
-    (the very same segments), and the info says why. Left at its default, the sequential path
-    still conditions (same segments as asking for it) and the batched path batches."""
-    audio = np.concatenate([sentences[0], _silence(2), sentences[4], _silence(1), sentences[5]])
-    seq_default = list(transcribe_blocks(tiny_model, _blocks(audio), TranscribeOptions("en")))
-    conditioned = TranscribeOptions("en", condition_on_previous_text=True)
-    seq_asked = list(transcribe_blocks(tiny_model, _blocks(audio), conditioned))
-    assert _spans(seq_default) == _spans(seq_asked)
+    (the very same, conditioned, segments), and the info says why. Left at its default, the
+    sequential path still conditions (same segments as asking for it) and the batched path
+    batches."""
+    c = conditioning
+    seq_default = list(transcribe_blocks(tiny_model, _blocks(c.audio), TranscribeOptions("en")))
+    assert _spans(seq_default) == _spans(c.asked) != _spans(c.off)
 
     info = TranscriptionInfo(language=None)
     asked = dataclasses.replace(BATCHED, condition_on_previous_text=True)
-    fallback = list(transcribe_blocks(tiny_model, _blocks(audio), asked, info=info))
+    fallback = list(transcribe_blocks(tiny_model, _blocks(c.audio), asked, info=info))
     assert info.path == "sequential" and "previous text" in info.notes[0]
-    assert _spans(fallback) == _spans(seq_asked)
+    assert _spans(fallback) == _spans(c.asked)
 
     info = TranscriptionInfo(language=None)
-    batched = list(transcribe_blocks(tiny_model, _blocks(audio), BATCHED, info=info))
+    batched = list(transcribe_blocks(tiny_model, _blocks(c.audio), BATCHED, info=info))
     assert info.path == "batched" and not info.notes
-    assert _spans(batched) != _spans(seq_asked)  # segments cut at sentences, from the VAD
-    reference = " ".join(SENTENCES[i] for i in (0, 4, 5))
-    assert wer(reference, " ".join(s.text for s in batched)) <= 0.15
+    assert _spans(batched) != _spans(c.asked)  # segments cut at sentences, from the VAD
+    got = wer(c.reference, " ".join(s.text for s in batched))
+    print(f"WER batched {got:.3f}")
+    assert got <= 0.2, got
 
 
-def test_cli_batched_by_default_with_opt_out(tiny_fp32: Path, sentences, tmp_path) -> None:
+def test_cli_batched_by_default_with_opt_out(
+    tiny_fp32: Path, sentences, conditioning, tmp_path
+) -> None:
     store = tmp_path / "store"
     store.mkdir()
     (store / "tiny.en").symlink_to(tiny_fp32, target_is_directory=True)
@@ -361,6 +412,14 @@ def test_cli_batched_by_default_with_opt_out(tiny_fp32: Path, sentences, tmp_pat
         texts[name] = [(s["start"], s["end"], s["text"]) for s in data["segments"]]
         assert wer(reference, " ".join(t for _, _, t in texts[name])) <= 0.15
     assert texts["default"] != texts["sequential"] == texts["conditioned"]
+    # Over three windows, --condition-on-previous-text conditions (two sentences are one
+    # window, where the flag only picks the path).
+    out = tmp_path / "long"
+    args = ["transcribe", str(conditioning.wav), "--model", "tiny.en", "--output-dir", str(out)]
+    res = run_cli([*args, "--format", "json", "--condition-on-previous-text"], store, tmp_path)
+    assert res.returncode == 0, res.stderr
+    got = [s["text"] for s in json.loads((out / "long.json").read_text())["segments"]]
+    assert got == [s.text for s in conditioning.asked] != [s.text for s in conditioning.off]
 
 
 def test_file_queue_jobs_are_batched_unless_the_settings_opt_out(

@@ -11,6 +11,7 @@ so they fail on a VNNI machine too, and then the words on a real recording.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from deskscribe.whisper import graph
 from deskscribe.whisper.features import log_mel
 from deskscribe.whisper.model import WhisperModel
 from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_file
+from eval_support import call_recording, contractions
 
 INT16_MAX = 32767
 UINT8_MAX = 255
@@ -146,15 +148,11 @@ def test_real_speech_activations_do_not_saturate_a_non_vnni_kernel(
 # --------------------------------------------------------------------------- real call
 
 CALL = EVAL / "two-speakers.wav"
-
-
-def _call_reference() -> str:
-    lines = (EVAL / "two-speakers.stm").read_text(encoding="utf-8").splitlines()
-    return " ".join(p[5] for p in (line.split(None, 5) for line in lines) if len(p) == 6)
-
-
-def _contractions(text: str) -> list[str]:
-    return [w for w in text.split() if "'" in w.strip("'")]
+SPLIT = {"t", "m", "s", "re", "ve", "ll", "d"}  # what is left of "didn't", "I'm" split apart
+# Our WER on the call may be this much above faster-whisper's with the same weights: tiny.en
+# int8 measured 0.198 sequential against faster-whisper's int8 0.160 and fp32 0.173
+# (CTranslate2 quantizes the weights to 8 bits, we to 7). Everything else within 0.01.
+WER_MARGIN = {("tiny.en", "int8"): 0.05}
 
 
 @pytest.fixture(scope="module")
@@ -163,31 +161,36 @@ def base_int8(base_ct2: Path) -> Path:
 
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
+@pytest.mark.parametrize("name", ["tiny.en", "base"])
 def test_real_call_matches_faster_whisper_and_keeps_contractions(
-    variant: str, base_ct2: Path, base_ct2_joined: Path
+    name: str, variant: str, tiny_ct2: Path, base_ct2: Path, base_ct2_joined: Path
 ) -> None:
+    """Every variant the app recommends (tiny.en and base, fp32 and int8), both file paths,
+    on the real phone call: each contraction of the reference that faster-whisper writes on
+    the same weights is one word here too ("didn't", never "didn t")."""
     from faster_whisper import WhisperModel as FasterWhisper
 
-    reference = _call_reference()
-    fw = FasterWhisper(
-        str(base_ct2_joined), device="cpu", compute_type=variant.replace("fp", "float")
-    )
+    _, reference, _ = call_recording(EVAL)
+    source, ct2 = (tiny_ct2, tiny_ct2) if name == "tiny.en" else (base_ct2, base_ct2_joined)
+    fw = FasterWhisper(str(ct2), device="cpu", compute_type=variant.replace("fp", "float"))
     segments, _ = fw.transcribe(str(CALL), language="en", beam_size=5, vad_filter=False)
     fw_text = " ".join(s.text.strip() for s in segments)
     fw_wer = wer(reference, fw_text)
-    ref_contractions = _contractions(normalize(reference))
-    fw_kept = [c for c in ref_contractions if c in _contractions(normalize(fw_text))]
-    assert len(fw_kept) >= 3, f"faster-whisper kept only {fw_kept}: {fw_text}"
+    fw_kept = Counter(contractions(reference)) & Counter(contractions(fw_text))
+    assert fw_kept.total() >= 4, f"faster-whisper kept only {fw_kept}: {fw_text}"
 
-    model = WhisperModel(built(base_ct2, "base", variant), device="cpu")
+    model = WhisperModel(built(source, name, variant), device="cpu")
     for batched in (False, True):
         options = TranscribeOptions(language="en", batched=batched)
         text = " ".join(s.text.strip() for s in transcribe_file(model, CALL, options).segments)
         ours = normalize(text)
-        path = "batched" if batched else "sequential"
-        assert wer(reference, text) <= fw_wer + 0.01, f"{variant} {path}: {text}"
-        for c in fw_kept:
-            assert c in ours.split(), f"{variant} {path} lost {c!r}: {text}"
+        path = f"{name} {variant} {'batched' if batched else 'sequential'}"
+        print(f"{path}: WER {wer(reference, text):.3f}, faster-whisper {fw_wer:.3f}")
+        lost = fw_kept - Counter(contractions(text))
+        assert not lost, f"{path} lost {dict(lost)}: {text}"
         # An apostrophe is never a word boundary ("didn t") nor a sentence end ("I didn.").
-        assert " t " not in f" {ours} " and " m " not in f" {ours} ", text
+        assert not SPLIT & set(ours.split()), f"{path}: {text}"
         assert "didn." not in text.lower(), text
+        assert wer(reference, text) <= fw_wer + WER_MARGIN.get((name, variant), 0.01), (
+            f"{path}: {text}"
+        )

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import espeak, load, normalize, run_cli
+from conftest import built, espeak, load, normalize, run_cli
 from deskscribe.whisper.languages import Detected, choose, main_language, settle
 from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_file
 
@@ -76,10 +76,39 @@ def _in(segments, span: tuple[float, float]):
     return [s for s in segments if a - 0.5 <= (s.start + s.end) / 2 <= b + 0.5]
 
 
-@pytest.mark.parametrize("batched", [True, False], ids=["batched", "sequential"])
-def test_each_part_in_its_own_language(base_model, recordings, batched: bool) -> None:
+@pytest.fixture(scope="module")
+def base_int8_model(base_ct2: Path):
+    from deskscribe.whisper.model import WhisperModel
+
+    return WhisperModel(built(base_ct2, "base", "int8"), device="cpu")
+
+
+# Found by this test, left to fix in the engine: base int8 is unsure of the German chunk
+# (22-45 s): de 0.75 (yi 0.22), where fp32 says 0.977 and CTranslate2's int8 of the same
+# weights 0.984. Below 0.9 the chunk is cut into ~6 s spans for detection, and one span
+# (27.8-34.8 s) is decoded as Latin ("Eligrbaga Hollietn..."). Strict: passes once fixed.
+INT8_GERMAN_CHUNK = "base int8 detects the German chunk at 0.75 and decodes a span as Latin"
+
+
+@pytest.mark.parametrize(
+    ("batched", "variant"),
+    [
+        pytest.param(True, "fp32", id="batched-fp32"),
+        pytest.param(False, "fp32", id="sequential-fp32"),
+        pytest.param(
+            True,
+            "int8",
+            id="batched-int8",
+            marks=pytest.mark.xfail(strict=True, reason=INT8_GERMAN_CHUNK),
+        ),
+        pytest.param(False, "int8", id="sequential-int8"),
+    ],
+)
+def test_each_part_in_its_own_language(recordings, batched: bool, variant: str, request) -> None:
+    """Both variants of base the app recommends (fp32, and int8 for CPUs), both file paths."""
+    model = request.getfixturevalue("base_model" if variant == "fp32" else "base_int8_model")
     path, (en, de) = recordings["two"]
-    t = transcribe_file(base_model, path, TranscribeOptions(batched=batched))
+    t = transcribe_file(model, path, TranscribeOptions(batched=batched))
     english, german = _in(t.segments, en), _in(t.segments, de)
     assert english and german, [(s.start, s.language, s.text) for s in t.segments]
     assert all(s.language == "en" for s in english), [(s.language, s.text) for s in english]

@@ -18,17 +18,12 @@ from conversations import write_wav
 from deskscribe.whisper.prompt import parse_vocabulary, plan_prompt, prompt_budget
 from deskscribe.whisper.streaming import OnlineTranscriber, StreamingOptions
 from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_file
+from eval_support import late_term
 from gui_support import app_env, install_test_model  # noqa: F401 (fixture)
 
 SR = 16000
 KUBERNETES = "The cluster runs on Kubernetes in the data centre."
 COMFY = "We render the images with ComfyUI on the new workstation."
-FILLER = [
-    "Good morning everyone. Thank you for joining the weekly planning meeting.",
-    "The release is on track for Friday, and the installer builds are green.",
-    "We still need someone to review the speaker labelling changes before Thursday.",
-    "After lunch we will look at the budget for the next quarter and the hiring plan.",
-]
 # Invented product names: each costs several tokens, so a few dozen overflow the prompt.
 MANY = [f"Zorblax{n}Qrit" for n in range(80)]
 
@@ -48,14 +43,10 @@ def kubernetes_wav(speech_dir):
 
 @pytest.fixture(scope="module")
 def late_kubernetes(speech_dir, tmp_path_factory):
-    """Over 30 s of meeting talk, then the Kubernetes sentence: it is in the second window
-    (sequential path) and the second chunk (batched path)."""
-    parts = []
-    for i, text in enumerate(FILLER * 2):
-        parts += [load(espeak(text, speech_dir / f"vocab-filler{i % 4}.wav")), silence(0.6)]
-    lead = np.concatenate(parts)
-    assert lead.shape[0] > 31 * SR
-    audio = np.concatenate([lead, load(espeak(KUBERNETES, speech_dir / "vocab-kubernetes.wav"))])
+    """Over 60 s of meeting talk, then the Kubernetes sentence: it is in the third window
+    (sequential path) and the third chunk (batched path)."""
+    audio, at = late_term(speech_dir, KUBERNETES, "kubernetes", rounds=3)
+    assert at > 60.0
     return write_wav(tmp_path_factory.mktemp("vocab") / "late.wav", audio)
 
 
@@ -99,7 +90,7 @@ def test_vocabulary_spells_a_name_right_in_every_window_of_a_file(
     text = text_of(transcript.segments)
     assert "Kubernetes" in text, text
     [said] = [s for s in transcript.segments if "Kubernetes" in s.text]
-    assert said.start >= 30.0  # in the second window / chunk
+    assert said.start >= 60.0  # in the third window / chunk
     assert "planning meeting" in text.lower()  # the prompt did not cost the other words
 
 
