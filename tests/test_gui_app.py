@@ -24,7 +24,7 @@ from deskscribe.gui.context import AppContext
 from deskscribe.gui.first_run import FirstRunDialog
 from deskscribe.gui.settings_dialog import SettingsDialog
 from deskscribe.models.store import list_models
-from gui_support import app_env, install_test_model, pump  # noqa: F401 (fixture)
+from gui_support import app_env, install_test_model  # noqa: F401 (fixture)
 from test_download import hf_tiny_fp16, hub, repo  # noqa: F401 (fixtures)
 
 
@@ -105,8 +105,8 @@ def test_offline_shows_what_to_do_and_retry_works(qtbot, app_env, hub, monkeypat
 
 def test_no_first_run_when_a_model_is_installed(qtbot, window, app_env, tiny_fp32):  # noqa: F811
     install_test_model(app_env, tiny_fp32)
-    window.start_up()
-    pump(2.0)
+    with qtbot.waitSignal(window.start_up_done, timeout=20_000):
+        window.start_up()
     assert getattr(window, "first_run", None) is None
 
 

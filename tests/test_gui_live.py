@@ -23,7 +23,7 @@ from deskscribe.gui.context import AppContext
 from deskscribe.gui.live_panel import LivePanel
 from deskscribe.gui.recovery import RecoveryDialog
 from deskscribe.service.queue import job_options
-from gui_support import UiLag, app_env, install_test_model, pump  # noqa: F401 (fixture)
+from gui_support import UiLag, app_env, install_test_model  # noqa: F401 (fixture)
 from test_live import TURNS, gap, write_wav
 
 SR = 16000
@@ -313,8 +313,8 @@ def test_app_killed_mid_session_is_restored_on_next_start(
     # Nothing is offered again at the next start.
     again = MainWindow(AppContext())
     qtbot.addWidget(again)
-    again.start_up()
-    pump(2.0)
+    with qtbot.waitSignal(again.start_up_done, timeout=20_000):
+        again.start_up()
     assert getattr(again, "recovery_dialog", None) is None
 
 
