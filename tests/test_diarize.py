@@ -21,6 +21,7 @@ import pytest
 import conversations as cv
 from conftest import CACHE, EVAL, run_cli
 from deskscribe.audio.vad import SileroVAD, regions_from_probabilities
+from deskscribe.audio_format import SAMPLE_RATE
 from deskscribe.speakers import cluster, metrics
 from deskscribe.speakers.diarize import (
     DiarizeOptions,
@@ -88,6 +89,23 @@ def test_short_interjection_gets_its_speaker(convs, diarized) -> None:
     words = [w for s in transcript.segments for w in s.words if start - 0.1 < w.start < end]
     assert [w.text.strip(" ,.").lower() for w in words][:1] == ["right"]
     assert {mapping[w.speaker] for w in words} == {who}
+
+
+def test_two_short_turns_keep_two_voices(encoder) -> None:
+    """Two voices, one turn each (about 10 s), as a short live recording ends up at Stop.
+    Every window of one voice held a pause, and windows with a pause were left out of the
+    clustering, so both voices got one label in 32 of 35 paddings (before the fix)."""
+    conv = cv.build("two-turns", CACHE / "conversations", script=[cv.SCRIPT_2[0], cv.SCRIPT_2[7]])
+    audio, sr = conv.audio, SAMPLE_RATE
+    rng = np.random.default_rng(0)
+    for lead, tail in rng.uniform(0, 2.5, (6, 2)):
+        padded = np.concatenate(
+            [np.zeros(int(lead * sr), np.float32), audio, np.zeros(int(tail * sr), np.float32)]
+        )
+        result = diarize(padded, encoder)
+        assert len(result.speakers) == 2, (lead, tail, result.turns)
+        error = metrics.der([(a + lead, b + lead, w) for a, b, w in conv.turns], result.turns)
+        assert error.error <= 0.1, (lead, tail, error)
 
 
 def test_real_call_two_voices_each_get_their_words(tiny_model, encoder) -> None:
