@@ -44,9 +44,9 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   "$PY" -m venv .venv
 fi
-echo "== installing deskscribe[cpu,test]"
+echo "== installing deskscribe[cpu,server,cluster,test]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[cpu,test]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[cpu,server,cluster,test]"
 # The speaker test model: only resemblyzer's pretrained.pt is read (by our own reader); its
 # dependencies include torch, which DeskScribe never installs.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4

@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from . import __version__, cli_live, cli_profiles
+from . import __version__, cli_live, cli_profiles, cli_server
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -102,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
         "and label its words by channel (Left, Right, …), for calls recorded with one party "
         "per channel",
     )
+    t.add_argument("--ray", metavar="ADDRESS",
+                   help="spread the files over this Ray cluster (auto: the one on this machine)")  # fmt: skip
 
     c = sub.add_parser("config", help="show or change settings")
     c.add_argument("key", nargs="?", help="setting name (none: show all)")
@@ -164,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     msub.add_parser("recommend", help="the model and variant that suit this computer, and why")
     cli_live.add_parsers(sub)
     cli_profiles.add_parsers(sub)
+    cli_server.add_parsers(sub)
     ls = msub.add_parser("list", help="list installed models")
     ls.add_argument("--available", action="store_true", help="list the catalog instead")
     pth = msub.add_parser("path", help="print the store folder, or a model's folder")
@@ -198,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             return cli_live.sessions(args)
         if args.command == "profiles":
             return cli_profiles.profiles(args)
+        if args.command == "serve":
+            return cli_server.serve(args)
         return _models(args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -206,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _opened_files(argv: list[str]) -> bool:
     """True when every argument is an existing file or folder and none is a command."""
-    commands = {"transcribe", "config", "models", "live", "sessions", "profiles"}
+    commands = {"transcribe", "config", "models", "live", "sessions", "profiles", "serve"}
     return argv[0] not in commands and all(not a.startswith("-") and Path(a).exists() for a in argv)
 
 
@@ -413,6 +418,10 @@ def _download(args: argparse.Namespace) -> int:
 
 
 def _transcribe(args: argparse.Namespace) -> int:
+    if args.ray:
+        from .server.cluster import transcribe_on_ray
+
+        return transcribe_on_ray(args)
     from tqdm import tqdm
 
     from .audio.decode import MediaError

@@ -151,6 +151,7 @@ class OnlineTranscriber:
         self._last_decode = (-1, -1)  # (start, end) samples of the newest decode
         self._last_words: list[Word] = []  # ... and the words it gave
         self.segments: list[Segment] = []
+        self._forgotten = 0  # segments dropped by ``forget_segments`` (ids keep counting)
         self._open: Segment | None = None  # the segment committed words are added to
         self._history: list[Word] = []  # recent committed words, for the prompt
         # The vocabulary is fitted to the prompt budget once; ``vocabulary_note`` says what
@@ -161,17 +162,21 @@ class OnlineTranscriber:
 
     # ------------------------------------------------------------------ input
 
-    def add_audio(self, samples: np.ndarray) -> None:
+    def add_audio(self, samples: np.ndarray) -> list[tuple[str, int]]:
+        """Take the samples; returns the VAD's changes they caused, [("start"|"end", stream
+        sample)] (unpadded), for callers that report speech starts and ends themselves."""
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         self._audio = np.concatenate([self._audio, samples])
         self.total += samples.shape[0]
-        for kind, at in self.vad.feed(samples):
+        changes = self.vad.feed(samples)
+        for kind, at in changes:
             if kind == "start" and not self._ends:
                 self._cut(max(self._start, at - self._pad))
             elif kind == "end":
                 self._ends.append(min(at + self._pad, self.total))
         if not self.vad.speaking and not self._ends:
             self._cut(max(self._start, self.total - self._pad))
+        return changes
 
     @property
     def behind_seconds(self) -> float:
@@ -341,7 +346,7 @@ class OnlineTranscriber:
                     end=w.end,
                     text="",
                     speaker=w.speaker,
-                    id=len(self.segments),
+                    id=self._forgotten + len(self.segments),
                     language=self.language or self._utterance_language or self._last_language,
                 )
                 self.segments.append(seg)
@@ -362,6 +367,14 @@ class OnlineTranscriber:
         assert seg is not None
         self._open = None
         return replace(seg, words=list(seg.words))
+
+    def forget_segments(self, keep: int = 3) -> None:
+        """Drop all but the newest ``keep`` segments: a caller that has passed them on and
+        runs for hours (a server session) keeps memory flat. Ids go on counting."""
+        drop = max(0, len(self.segments) - max(keep, 3))  # the buffer trim reads the last 3
+        if drop:
+            del self.segments[:drop]
+            self._forgotten += drop
 
     @property
     def open_segment_id(self) -> int | None:

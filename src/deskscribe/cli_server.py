@@ -1,0 +1,127 @@
+"""``deskscribe serve``: the team server (needs the ``server`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = 'the server needs its extra: pip install "deskscribe[server]"'
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser(
+        "serve",
+        help="serve OpenAI's speech API (REST, realtime) and a job queue to a team",
+        description="Serve DeskScribe's engine with OpenAI's audio API: any tool or SDK that "
+        "speaks it (base URL http://HOST:PORT/v1) works unchanged.",
+    )
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--model", help="the default model (what 'whisper-1' means)")
+    s.add_argument("--compute", choices=["auto", "cpu", "gpu", "cuda", "directml", "coreml"],
+                   default="auto", help="where the models run")  # fmt: skip
+    s.add_argument("--api-key-file", type=Path, metavar="FILE",
+                   help="hashes of the allowed keys (make one with --new-key FILE)")  # fmt: skip
+    s.add_argument("--new-key", type=Path, metavar="FILE",
+                   help="make an API key, add its hash to FILE, print the key once, and exit")  # fmt: skip
+    s.add_argument("--max-upload-mb", type=float, default=25.0)
+    s.add_argument("--max-audio-minutes", type=float, default=240.0)
+    s.add_argument("--max-queue", type=int, default=16, help="requests that may wait (then 429)")
+    s.add_argument("--workers", type=int, default=1, help="transcriptions at once")
+    s.add_argument("--max-sessions", type=int, default=8, help="realtime sessions at once")
+    s.add_argument("--idle-ttl", type=float, default=600.0,
+                   help="release a model unused this many seconds (0: keep)")  # fmt: skip
+    s.add_argument("--preload", action="store_true", help="load the default model at start")
+    s.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
+                   help="allow browser pages from ORIGIN (repeatable; none by default)")  # fmt: skip
+    s.add_argument("--data-dir", type=Path, help="jobs and uploads (default: the app's data)")
+    s.add_argument("--drain-seconds", type=float, default=120.0,
+                   help="on SIGTERM, wait this long for work in flight before exiting")  # fmt: skip
+    s.add_argument("--ray", metavar="auto|ADDRESS",
+                   help="run as a Ray Serve app on this cluster (needs the cluster extra)")  # fmt: skip
+    s.add_argument("--replicas", default="1", metavar="N|auto",
+                   help="with --ray: transcriber replicas (auto: scaled on load)")  # fmt: skip
+
+
+def serve(args: argparse.Namespace) -> int:
+    if args.new_key:
+        from .server.config import new_key
+
+        key = new_key(args.new_key)
+        print(key)
+        print(f"(its hash was added to {args.new_key}; the key is not stored anywhere: keep "
+              "it now)", file=sys.stderr)  # fmt: skip
+        return 0
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError:
+        print(f"deskscribe: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    from .server.app import create_app
+    from .server.config import ServerConfig, ServerConfigError, read_key_file
+    from .server.state import ServerState
+
+    try:
+        config = ServerConfig(
+            host=args.host, port=args.port, model=args.model, device=args.compute,
+            key_hashes=read_key_file(args.api_key_file) if args.api_key_file else frozenset(),
+            max_upload_mb=args.max_upload_mb, max_audio_seconds=args.max_audio_minutes * 60,
+            max_queue=args.max_queue, workers=args.workers, max_sessions=args.max_sessions,
+            idle_ttl=args.idle_ttl, preload=args.preload, cors_origins=tuple(args.cors),
+            data_dir=args.data_dir,
+        )  # fmt: skip
+        config.check()
+    except ServerConfigError as e:
+        print(f"deskscribe: {e}", file=sys.stderr)
+        return 2
+    logging.getLogger("deskscribe").setLevel(logging.INFO)
+    if args.ray:
+        from .server.cluster import serve_on_ray
+
+        return serve_on_ray(config, args.ray, args.replicas, args.drain_seconds)
+    state = ServerState(config)
+    app = create_app(state=state)
+    server = _draining_server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="info",
+                       ws="websockets", lifespan="on", timeout_graceful_shutdown=10),
+        state, args.drain_seconds,
+    )  # fmt: skip
+    keys = f"{len(config.key_hashes)} key(s)" if config.key_hashes else "no key (loopback only)"
+    print(f"DeskScribe server on http://{config.host}:{config.port}/v1 ({keys}, "
+          f"{config.workers} worker(s))", file=sys.stderr, flush=True)  # fmt: skip
+    server.run()
+    return 0
+
+
+def _draining_server(uvicorn_config, state, drain_seconds: float):
+    """A uvicorn server where SIGTERM (or the first Ctrl+C) drains: new requests get 503 at
+    once, requests and sessions in flight finish (up to ``drain_seconds``), then it exits 0.
+    A second signal stops at once."""
+    import uvicorn
+
+    class Draining(uvicorn.Server):
+        draining = False
+
+        def handle_exit(self, sig: int, frame) -> None:
+            if self.draining:
+                super().handle_exit(sig, frame)
+                return
+            self.draining = state.draining = True
+            log.info("draining: %d request(s), %d session(s) in flight",
+                     state.inflight, state.sessions)  # fmt: skip
+            threading.Thread(target=self._wait, name="drain", daemon=True).start()
+
+        def _wait(self) -> None:
+            deadline = time.monotonic() + drain_seconds
+            while time.monotonic() < deadline and (state.inflight or state.sessions):
+                time.sleep(0.1)
+            self.should_exit = True
+
+    return Draining(uvicorn_config)

@@ -1,0 +1,14 @@
+"""The team server: DeskScribe's engine behind OpenAI's audio API (``deskscribe serve``).
+
+A third front end on the service layer, beside the window and the terminal. Needs the
+``server`` extra (FastAPI, uvicorn, python-multipart, prometheus-client); nothing here is
+imported unless ``deskscribe serve`` runs.
+
+- ``config``: the server's settings and its API keys (stored hashed).
+- ``state``: what one running server holds: models, the work pool, metrics, draining.
+- ``errors``: every error in OpenAI's envelope.
+- ``formats``: a transcript as each of OpenAI's response formats.
+- ``app``: the FastAPI app and its REST routes.
+- ``realtime``: the Realtime transcription WebSocket.
+- ``jobs``: the job API for long files (persisted in SQLite).
+"""

@@ -1,0 +1,285 @@
+"""The FastAPI app: OpenAI's audio API (transcriptions, translations, models), health and
+metrics; the realtime WebSocket and the job API are mounted from their modules.
+
+Blocking work (decoding media, inference) runs on the state's work pool, never on the event
+loop, so health checks, metrics and other clients' realtime sessions answer while files are
+transcribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from ..errors import Cancelled
+from . import errors as api_errors
+from .config import ServerConfig, bearer, key_matches
+from .errors import ApiError
+from .formats import MEDIA_TYPES, body, text_of
+from .requests import Fields, Outcome, parse_fields, run
+from .state import QueueFull, ServerState
+from .uploads import upload
+
+log = logging.getLogger(__name__)
+
+UNMETERED = ("/metrics",)
+
+
+class Gate:
+    """Pure ASGI middleware: 503 while draining, 413 on a declared body over the limit
+    (before a byte of it is read), the in-flight count, and the request metrics."""
+
+    def __init__(self, app, state: ServerState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state, path = self.state, scope["path"]
+        if state.draining and path not in UNMETERED:
+            await api_errors.response(
+                ApiError(
+                    503,
+                    "the server is shutting down; retry on another server or later",
+                    code="draining",
+                    headers={"Retry-After": "5"},
+                )
+            )(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        limit = state.config.max_upload_bytes + 64 * 1024  # the form's own fields
+        if length is not None and length.isdigit() and int(length) > limit:
+            await api_errors.response(
+                ApiError(
+                    413,
+                    f"the upload is {int(length) / 1048576:.1f} MB; this server takes "
+                    f"at most {state.config.max_upload_mb:g} MB per file",
+                    param="file",
+                    code="file_too_large",
+                )
+            )(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        t0 = time.monotonic()
+        state.enter()
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            state.leave()
+            if path not in UNMETERED:
+                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                m = state.metrics
+                m.requests.labels(route, scope["method"], str(status["code"])).inc()
+                m.latency.labels(route).observe(time.monotonic() - t0)
+
+
+def create_app(config: ServerConfig | None = None, state: ServerState | None = None) -> FastAPI:
+    state = state or ServerState(config or ServerConfig())
+    config = state.config
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        state.start()
+        yield
+        state.stop()
+
+    app = FastAPI(title="DeskScribe server", docs_url="/docs", redoc_url=None, lifespan=lifespan)
+    app.state.deskscribe = state
+    api_errors.install(app)
+    if config.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["authorization", "content-type"],
+        )
+    app.add_middleware(Gate, state=state)
+
+    def authorized(request: Request) -> None:
+        if not config.key_hashes:
+            return
+        key = bearer(request.headers)
+        if not key_matches(key, config.key_hashes):
+            raise ApiError(
+                401,
+                "missing API key: send `Authorization: Bearer KEY`" if not key
+                else "incorrect API key",
+                code="invalid_api_key",
+            )  # fmt: skip
+
+    auth = [Depends(authorized)]
+
+    @app.get("/health")
+    async def health():
+        return {"status": "draining" if state.draining else "ok",
+                "inflight": state.inflight, "queued": state.work.waiting,
+                "running": state.work.running, "sessions": state.sessions,
+                "models_loaded": [m.name for m in state.models.loaded()]}  # fmt: skip
+
+    @app.get("/metrics", dependencies=auth)
+    async def metrics():
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models", dependencies=auth)
+    async def models():
+        from ..models.store import list_models
+
+        found = await asyncio.to_thread(list_models)
+        return {"object": "list", "data": [
+            {"id": m.name, "object": "model", "owned_by": "deskscribe",
+             "created": _created(m.built_at), "multilingual": m.multilingual,
+             "variant": m.variant}
+            for m in found
+        ]}  # fmt: skip
+
+    @app.get("/v1/models/{name}", dependencies=auth)
+    async def model(name: str):
+        found, _folder = await asyncio.to_thread(state.model_folder, name)
+        return {"id": found, "object": "model", "owned_by": "deskscribe", "created": 0}
+
+    @app.post("/v1/audio/transcriptions", dependencies=auth)
+    async def transcriptions(request: Request):
+        return await _audio(request, "transcribe")
+
+    @app.post("/v1/audio/translations", dependencies=auth)
+    async def translations(request: Request):
+        return await _audio(request, "translate")
+
+    async def _audio(request: Request, task: str):
+        async with upload(request, state) as (form, path):
+            f = parse_fields(form, task)
+            f.filename = getattr(form.get("file"), "filename", None) or "file"
+            await asyncio.to_thread(state.model_folder, f.model)  # 404 before any work
+            if f.stream:
+                return _stream(state, path, f)
+            outcome = await _submit(state, path, f)
+        return _respond(outcome, f)
+
+    from . import jobs, realtime
+
+    realtime.mount(app, state)
+    jobs.mount(app, state, auth)
+    return app
+
+
+def _created(built_at: str) -> int:
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(built_at).timestamp())
+    except (TypeError, ValueError):
+        return 0
+
+
+async def _submit(state: ServerState, path: Path, f: Fields, on_segment=None) -> Outcome:
+    cancel = threading.Event()
+    try:
+        outcome = await state.work.run(run, state, path, f, cancel=cancel, on_segment=on_segment)
+    except QueueFull as full:
+        raise ApiError(
+            429,
+            f"the server is busy ({state.work.waiting} requests waiting); retry in "
+            f"{full.retry_after} s",
+            code="queue_full",
+            headers={"Retry-After": str(full.retry_after)},
+        ) from None
+    except ApiError as e:
+        state.metrics.failures.labels(e.code or str(e.status)).inc()
+        raise
+    except Cancelled:
+        raise ApiError(499, "cancelled") from None
+    _count(state, outcome)
+    return outcome
+
+
+def _count(state: ServerState, outcome: Outcome) -> None:
+    duration = outcome.transcript.duration or 0.0
+    state.metrics.audio_seconds.labels("file").inc(duration)
+    if duration > 0:
+        state.metrics.rtf.observe(outcome.seconds / duration)
+
+
+def _respond(outcome: Outcome, f: Fields):
+    out = body(outcome.transcript, f.response_format, granularities=f.granularities,
+               include_logprobs=f.include_logprobs, task=f.task)  # fmt: skip
+    if isinstance(out, dict):
+        return JSONResponse(out)
+    return PlainTextResponse(out, media_type=MEDIA_TYPES.get(f.response_format, "text/plain"))
+
+
+def _stream(state: ServerState, path: Path, f: Fields) -> StreamingResponse:
+    """SSE: a ``transcript.text.delta`` per segment as it is decoded, then
+    ``transcript.text.done`` and ``[DONE]``. The upload is copied, since the request's own
+    copy is deleted when the handler returns."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    keep = Path(tempfile.mkdtemp(dir=path.parent)) / path.name
+    shutil.copyfile(path, keep)
+    first = {"value": True}
+
+    def on_segment(seg) -> None:
+        text = seg.text.strip()
+        if not text:
+            return
+        delta = text if first["value"] else " " + text
+        first["value"] = False
+        loop.call_soon_threadsafe(queue.put_nowait, ("delta", delta, seg))
+
+    async def produce():
+        try:
+            outcome = await _submit(state, keep, f, on_segment)
+            await queue.put(("done", outcome, None))
+        except ApiError as e:
+            await queue.put(("error", e, None))
+        finally:
+            shutil.rmtree(keep.parent, ignore_errors=True)
+
+    async def events():
+        task = asyncio.create_task(produce())
+        try:
+            while True:
+                kind, value, seg = await queue.get()
+                if kind == "delta":
+                    event = {"type": "transcript.text.delta", "delta": value}
+                    if f.include_logprobs:
+                        event["logprobs"] = [{"token": w.text, "logprob": _log(w.probability),
+                                              "bytes": list(w.text.encode())} for w in seg.words]  # fmt: skip
+                elif kind == "done":
+                    event = {"type": "transcript.text.done", "text": text_of(value.transcript)}
+                else:
+                    event = value.body()
+                yield f"data: {json.dumps(event)}\n\n"
+                if kind != "delta":
+                    break
+            yield "data: [DONE]\n\n"
+        finally:
+            if not task.done():
+                task.cancel()
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+
+def _log(p: float) -> float:
+    import math
+
+    return math.log(max(p, 1e-12))
