@@ -1,0 +1,496 @@
+"""Scale-out on Ray (the ``cluster`` extra): ``deskscribe serve --ray`` runs the team server as a
+Ray Serve application, and ``deskscribe transcribe --ray`` spreads a batch of files over a cluster
+(the runner is ``service.cluster``; this module is its command-line front end).
+
+The Serve application has two deployments:
+
+- ``Ingress``: the FastAPI app of ``server.app`` unchanged (keys, limits, formats, errors, the
+  OpenAI routes), with one difference: its ``state.work`` is a ``ClusterWork``. That decodes and
+  size-checks each upload here, at the ingress, and sends 16 kHz float32 PCM to a transcriber,
+  so a file that is broken or too long is refused before it costs a replica anything and the
+  replicas need neither the upload nor FFmpeg's work.
+- ``Transcriber``: N replicas (or autoscaled on ongoing requests), a GPU each where the cluster
+  has GPUs. Models are multiplexed by the request's ``model`` (Ray Serve model multiplexing):
+  requests go to a replica that already holds their model when one is free, and a replica keeps
+  at most two loaded.
+
+Every answer says which replica transcribed it in the ``x-deskscribe-replica`` header, so a
+client (and the tests) can see the load spread.
+
+Ray is imported only by this module and ``service.cluster``; nothing imports them unless
+``--ray`` is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import dataclasses
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import ray
+    from ray import serve
+except ImportError:  # a clear word instead of a traceback: the extra is not installed
+    print('deskscribe: --ray needs the cluster extra: pip install "deskscribe[cluster]"',
+          file=sys.stderr)  # fmt: skip
+    raise SystemExit(2) from None
+
+from ..errors import Cancelled
+from ..service.cluster import ClusterError, connect, forwarded_env
+from . import requests as server_requests
+from .config import ServerConfig
+from .errors import ApiError, bad_request
+from .state import QueueFull, WorkPool
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "deskscribe"
+REPLICA_HEADER = b"x-deskscribe-replica"
+MODELS_PER_REPLICA = 2  # whisper models are big: the least recently used goes first
+# Which replica answered the request being handled: set by ``ReplicaHeader``, written by
+# ``ClusterWork.run`` (a dict, so that a write deep in the endpoint reaches the middleware).
+_ANSWERED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("answered", default=None)
+
+
+# ---------------------------------------------------------------------------------- replicas
+
+
+@serve.deployment(name="Transcriber", max_ongoing_requests=1)
+class Transcriber:
+    """One replica: models by name (multiplexed), one transcription at a time. Requests carry
+    decoded PCM and the request's fields; answers are tuples, never exceptions, so that the
+    ingress gets the status and message the local server would give."""
+
+    def __init__(self, device: str, threads: int) -> None:
+        from ..service.models import runtime_device
+
+        self.device = runtime_device(device)
+        self.threads = threads
+        self.replica = serve.get_replica_context().replica_id.unique_id
+
+    @serve.multiplexed(max_num_models_per_replica=MODELS_PER_REPLICA)
+    async def model(self, name: str):
+        from ..models.store import resolve_model
+        from ..whisper.model import WhisperModel
+
+        folder = resolve_model(name)
+        return await asyncio.to_thread(WhisperModel, folder, self.device, self.threads)
+
+    async def transcribe(self, pcm: np.ndarray, fields: str) -> tuple:
+        t0 = time.monotonic()
+        f = server_requests.Fields.from_json(fields)
+        name = serve.get_multiplexed_model_id()
+        cancel = threading.Event()
+        try:
+            model = await self.model(name)
+            transcript = await asyncio.to_thread(_transcribe_pcm, model, pcm, f, cancel)
+        except asyncio.CancelledError:
+            cancel.set()  # the client went away: stop at the next window
+            raise
+        except Exception as e:
+            return ("error", *_failure(e, name, f))
+        transcript.model = name
+        return ("ok", transcript, time.monotonic() - t0, self.replica)
+
+
+def _transcribe_pcm(model, pcm: np.ndarray, f, cancel: threading.Event):
+    from ..transcript import Transcript
+    from ..whisper.options import TranscriptionInfo
+    from ..whisper.transcribe import transcribe_blocks
+
+    duration = pcm.shape[0] / 16000
+    info = TranscriptionInfo(language=None, duration=duration)
+    block = 30 * 16000  # the blocks ``audio.decode`` would stream
+    blocks = (pcm[i : i + block] for i in range(0, pcm.shape[0], block))
+    options = server_requests.transcribe_options(f)
+    segments = list(
+        transcribe_blocks(model, blocks, options, total_seconds=duration, cancel=cancel, info=info)
+    )
+    return Transcript(segments=segments, language=info.language, duration=duration,
+                      source=f.filename, model=model.name)  # fmt: skip
+
+
+def _failure(e: Exception, name: str, f) -> tuple[int, str, str | None, str | None]:
+    """(status, message, param, code) for what went wrong on a replica, as ``requests.run``
+    says it for the local server."""
+    from ..errors import EngineError
+    from ..models.store import ModelNotInstalledError
+    from ..whisper.decoding import DecodingError
+    from ..whisper.model import ModelNotBuiltError
+    from ..whisper.runtime import DeviceError
+
+    if isinstance(e, Cancelled):
+        return 499, "cancelled", None, None
+    if isinstance(e, DecodingError):
+        return 400, str(e), "language" if f.language else "model", None
+    if isinstance(e, ModelNotInstalledError):
+        return 404, f"the model {name!r} is not installed on the cluster: {e}", "model", None
+    if isinstance(e, ModelNotBuiltError):
+        return 500, f"the model {name!r} is broken on the cluster: {e}", None, None
+    if isinstance(e, DeviceError):
+        return 500, f"the cluster's device cannot be used: {e}", None, None
+    if isinstance(e, EngineError):
+        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        return 500, f"the transcription engine failed: {first}", None, None
+    if isinstance(e, MemoryError):
+        return 503, "a replica ran out of memory; retry later", None, "out_of_memory"
+    log.exception("replica failed on a request")
+    return 500, f"unexpected error on a replica ({type(e).__name__}: {e})", None, None
+
+
+# ---------------------------------------------------------------------------------- ingress
+
+
+class ClusterWork(WorkPool):
+    """``state.work`` at the ingress. Transcription requests (``requests.run``) are decoded
+    and checked here, then sent to the transcriber deployment; anything else (the job API,
+    diarized_json, which needs the file itself) runs on this pool, at the ingress, as on a
+    single server.
+
+    ``capacity`` transcriptions may run on the cluster and ``max_queue`` more wait; past that a
+    request is refused at once (429), as the local server does."""
+
+    def __init__(self, handle, capacity: int, config: ServerConfig, metrics) -> None:
+        super().__init__(config.workers, config.max_queue, metrics)
+        self.handle, self.capacity = handle, capacity
+        self.remote = 0  # requests on the cluster now (running there or queued for a replica)
+        # Decoding is blocking FFmpeg work: off the event loop, a few at a time.
+        self._decode = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="decode")
+
+    async def run(self, fn, *args, cancel=None, **kwargs):
+        if fn is not server_requests.run or kwargs.get("progress") is not None:
+            return await super().run(fn, *args, cancel=cancel, **kwargs)
+        state, path, f = args
+        if f.response_format == "diarized_json":
+            return await super().run(fn, *args, cancel=cancel, **kwargs)
+        with self._lock:
+            if self.remote >= self.capacity + self.max_queue:
+                raise QueueFull(self.retry_after())
+            self.remote += 1
+        t0 = time.monotonic()
+        try:
+            loop = asyncio.get_running_loop()
+            name, pcm = await loop.run_in_executor(self._decode, _decoded, state, path, f)
+            answer = await self._remote(name, pcm, f)
+        finally:
+            with self._lock:
+                self.remote -= 1
+                self._durations = [*self._durations[-19:], time.monotonic() - t0]
+        kind, *rest = answer
+        if kind == "error":
+            status, message, param, code = rest
+            if status == 499:
+                raise Cancelled(message)
+            raise ApiError(status, message, param=param, code=code)
+        transcript, _seconds, replica = rest
+        holder = _ANSWERED.get()
+        if holder is not None:
+            holder["replica"] = replica
+        on_segment = kwargs.get("on_segment")
+        if on_segment is not None:  # a stream: the deltas come when the replica is done
+            for seg in transcript.segments:
+                on_segment(seg)
+        return server_requests.Outcome(transcript, time.monotonic() - t0, name)
+
+    async def _remote(self, name: str, pcm: np.ndarray, f) -> tuple:
+        from ray.exceptions import RayError
+
+        response = self.handle.options(multiplexed_model_id=name).transcribe.remote(
+            pcm, f.to_json()
+        )
+        try:
+            return await response
+        except asyncio.CancelledError:
+            response.cancel()  # the client hung up: the replica stops at its next window
+            raise
+        except RayError as e:
+            log.warning("the cluster failed a request: %s", e)
+            raise ApiError(503, f"the cluster could not run this request ({type(e).__name__}); "
+                           "retry", code="cluster_unavailable",
+                           headers={"Retry-After": "5"}) from None  # fmt: skip
+
+    def shutdown(self) -> None:
+        self._decode.shutdown(wait=False, cancel_futures=True)
+        super().shutdown()
+
+
+def _decoded(state, path: Path, f) -> tuple[str, np.ndarray]:
+    """(model name, 16 kHz mono float32 PCM) of a stored upload, with the local server's checks
+    and messages (``requests.run``): unreadable media is a 400, too long a 413."""
+    from ..audio.decode import MediaError, decode_audio
+    from .requests import check_media, too_long
+
+    max_seconds = state.config.max_audio_seconds
+    check_media(path, f.filename, max_seconds)
+    name, _folder = state.model_folder(f.model)
+    try:
+        pcm = decode_audio(path)
+    except MediaError as e:
+        message = str(e).replace(path.name, f.filename)
+        raise bad_request(f"the uploaded file could not be decoded: {message}", "file") from None
+    if pcm.shape[0] > max_seconds * 16000:  # a container that did not say its duration
+        raise too_long(pcm.shape[0] / 16000, max_seconds)
+    return name, np.ascontiguousarray(pcm, dtype=np.float32)
+
+
+class ReplicaHeader:
+    """ASGI middleware: ``x-deskscribe-replica: ID`` on answers a transcriber replica gave."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        holder: dict = {}
+        token = _ANSWERED.set(holder)
+
+        async def send_with(message):
+            if message["type"] == "http.response.start" and "replica" in holder:
+                headers = [*message.get("headers", []),
+                           (REPLICA_HEADER, holder["replica"].encode())]  # fmt: skip
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with)
+        finally:
+            _ANSWERED.reset(token)
+
+
+@serve.deployment(name="Ingress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+@serve.ingress()
+class Ingress:
+    """The FastAPI app of ``server.app``, built on the replica (its state holds threads)."""
+
+    def __init__(self, config: ServerConfig, transcriber, capacity: int) -> None:
+        from .state import ServerState
+
+        self.state = ServerState(config)
+        self.state.work = ClusterWork(transcriber, capacity, config, self.state.metrics)
+
+    def __serve_build_asgi_app__(self):
+        from .app import create_app
+
+        app = create_app(state=self.state)
+        app.add_middleware(ReplicaHeader)
+        return app
+
+
+# ---------------------------------------------------------------------------------- serve
+
+
+@dataclasses.dataclass
+class Plan:
+    """How the transcriber deployment is laid out on the cluster."""
+
+    options: dict  # for ``Transcriber.options``
+    threads: int  # ONNX Runtime threads per replica (0: its choice, on a GPU)
+    capacity: int  # transcriptions at once, at most
+    label: str  # for the start message
+
+
+def plan(replicas: str, resources: dict, device: str = "auto") -> Plan:
+    """Replicas for ``--replicas N|auto`` on a cluster with ``resources``
+    (``ray.cluster_resources()``): a GPU each (or a share) where there are GPUs and the device
+    is not the CPU, else a share of the CPUs, with as many ONNX Runtime threads as it has
+    CPUs so that replicas do not fight over cores."""
+    gpus = float(resources.get("GPU", 0)) if device != "cpu" else 0.0
+    cpus = float(resources.get("CPU", 1)) or 1.0
+    if replicas == "auto":
+        if gpus >= 1:
+            actor, threads, most = {"num_gpus": 1, "num_cpus": min(1.0, cpus / gpus)}, 0, int(gpus)
+        else:
+            threads = max(1, min(4, int(cpus)))
+            actor, most = {"num_cpus": threads}, max(1, int(cpus // threads))
+        scaling = {"min_replicas": 1, "initial_replicas": 1, "max_replicas": most,
+                   "target_ongoing_requests": 1, "upscale_delay_s": 5,
+                   "downscale_delay_s": 300}  # fmt: skip
+        where = "GPU" if gpus >= 1 else f"{threads} CPU"
+        return Plan({"autoscaling_config": scaling, "ray_actor_options": actor}, threads, most,
+                    f"1-{most} transcriber replica(s), autoscaled, {where} each")  # fmt: skip
+    try:
+        n = int(replicas)
+    except ValueError:
+        raise ClusterError(f"--replicas takes a number or auto, not {replicas!r}") from None
+    if n < 1:
+        raise ClusterError("--replicas must be at least 1")
+    if gpus > 0:
+        share = min(1.0, gpus / n)
+        actor, threads = {"num_gpus": share, "num_cpus": min(1.0, cpus / n)}, 0
+        where = f"{share:g} GPU"
+    else:
+        share = cpus / n
+        threads = max(1, int(share))
+        actor = {"num_cpus": min(float(threads), share)}
+        where = f"{actor['num_cpus']:g} CPU"
+    return Plan({"num_replicas": n, "ray_actor_options": actor}, threads, n,
+                f"{n} transcriber replica(s), {where} each")  # fmt: skip
+
+
+def with_env(actor_options: dict) -> dict:
+    return {**actor_options, "runtime_env": {"env_vars": forwarded_env()}}
+
+
+def serve_on_ray(config: ServerConfig, address: str, replicas: str, drain_seconds: float) -> int:
+    """``deskscribe serve --ray``: deploy, say where, and wait for SIGTERM / Ctrl+C; then
+    delete the application, letting requests in flight finish (up to ``drain_seconds``)."""
+    try:
+        connect(address)
+        layout = plan(replicas, ray.cluster_resources(), config.device)
+    except ClusterError as e:
+        print(f"deskscribe: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    serve.start(http_options={"host": config.host, "port": config.port})
+    wait = {"graceful_shutdown_timeout_s": drain_seconds}
+    transcriber = Transcriber.options(
+        **{**layout.options, "ray_actor_options": with_env(layout.options["ray_actor_options"])},
+        **wait,
+    ).bind(config.device, layout.threads)
+    ingress = Ingress.options(ray_actor_options=with_env({"num_cpus": 0}), **wait)
+    serve.run(ingress.bind(config, transcriber, layout.capacity), name=APP_NAME,
+              route_prefix="/")  # fmt: skip
+    keys = f"{len(config.key_hashes)} key(s)" if config.key_hashes else "no key (loopback only)"
+    print(f"DeskScribe server on http://{config.host}:{config.port}/v1 ({keys}, Ray cluster "
+          f"{address}, {layout.label})", file=sys.stderr, flush=True)  # fmt: skip
+    stop.wait()
+    print("deskscribe: stopping: letting requests in flight finish", file=sys.stderr, flush=True)
+    serve.delete(APP_NAME)
+    if not serve.status().applications:  # the proxy was ours alone: free the port too
+        serve.shutdown()
+    ray.shutdown()
+    return 0
+
+
+# ---------------------------------------------------------------------------------- transcribe
+
+# `deskscribe transcribe` options a file job does not carry (they are the CLI's own tuning).
+LOCAL_ONLY = (
+    ("task", "transcribe", "--task"),
+    ("beam_size", 5, "--beam-size"),
+    ("word_timestamps", False, "--word-timestamps"),
+    ("initial_prompt", None, "--initial-prompt"),
+    ("condition_on_previous_text", False, "--condition-on-previous-text"),
+    ("batch_size", 0, "--batch-size"),
+    ("speaker_model", None, "--speaker-model"),
+)
+
+
+def transcribe_on_ray(args) -> int:
+    """``deskscribe transcribe --ray ADDRESS FILES...``: the files run as file jobs (those of
+    the app's queue) spread over the cluster, a progress bar each; a file that fails says why
+    and the others go on; outputs are written here, as without --ray. Exit codes as there."""
+    from tqdm import tqdm
+
+    from ..library.rescue import rescue_note
+    from ..service.cluster import run_on_cluster
+    from ..service.jobs import FileJob
+    from ..transcript.export import FORMATS, ExportExistsError, export
+
+    def err(message: str) -> None:
+        tqdm.write(f"deskscribe: {message}", file=sys.stderr)
+
+    formats = list(dict.fromkeys(f.strip().lower() for f in args.format.split(",") if f.strip()))
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        err(f"unknown format {', '.join(unknown)}; use any of: {','.join(FORMATS)}")
+        return 2
+    for attr, default, flag in LOCAL_ONLY:
+        if getattr(args, attr, default) != default:
+            err(f"{flag} is not available with --ray: the cluster runs the app's file jobs "
+                "(--model, --language(s), --speakers, --channels, --batched, --vocabulary); "
+                "leave it out or transcribe without --ray")  # fmt: skip
+            return 2
+    if args.channels == "split" and args.speakers is not None:
+        err("--channels split labels speakers by channel; leave out --speakers")
+        return 2
+    speakers = "channels" if args.channels == "split" else (args.speakers or "off")
+    languages = tuple(c.strip() for c in (args.languages or "").split(",") if c.strip())
+    failed = 0
+    claimed: dict[Path, Path] = {}
+    work: list[tuple[FileJob, list[Path]]] = []
+    for path in args.files:  # the same refusals, in the same words, as without --ray
+        out_dir = args.output_dir or path.parent
+        targets = [out_dir / f"{path.stem}.{fmt}" for fmt in formats]
+        clash = next((t for t in targets if t.resolve() in claimed), None)
+        if clash is not None:
+            err(f"{path}: skipped, its {clash.name} would replace the transcript of "
+                f"{claimed[clash.resolve()]} from this run; give the files different names "
+                "or transcribe them into different --output-dir folders")  # fmt: skip
+            failed += 1
+            continue
+        claimed.update({t.resolve(): path for t in targets})
+        existing = [t for t in targets if t.exists()]
+        if existing and not args.overwrite:
+            err(f"{path}: skipped, {existing[0]} already exists (pass --overwrite to replace it)")
+            failed += 1
+            continue
+        job = FileJob(source=path, model=args.model, device=args.device, language=args.language,
+                      languages=languages, speakers=speakers, batched=args.batched,
+                      vocabulary=args.vocabulary)  # fmt: skip
+        work.append((job, targets))
+    if not work:
+        return 1 if failed else 0
+    bars = [
+        tqdm(total=1.0, desc=job.source.name, unit="s", disable=args.quiet, leave=True,
+             position=i, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]")
+        for i, (job, _targets) in enumerate(work)
+    ]  # fmt: skip
+
+    def progress(index: int, done: float, total: float, stage: str = "") -> None:
+        bar = bars[index]
+        if stage == "speakers":
+            bar.set_postfix_str("speakers")
+            return
+        if total > 0 and bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    def finished(index: int, result) -> None:
+        nonlocal failed
+        job, targets = work[index]
+        path, bar = job.source, bars[index]
+        if result.status == "done" and result.duration:
+            bar.total = result.duration
+            bar.update(result.duration - bar.n)
+        bar.close()
+        for note in result.notes:
+            err(note)
+        if result.status != "done" or result.transcript is None:
+            message = result.error or result.status
+            err(f"{path}: {message}" if str(path) not in message else message)
+            failed += 1
+            return
+        try:
+            targets[0].parent.mkdir(parents=True, exist_ok=True)
+            for fmt, target in zip(formats, targets, strict=True):
+                export(result.transcript, target, fmt, overwrite=args.overwrite,
+                       timestamps=args.timestamps)  # fmt: skip
+                if not args.quiet:
+                    tqdm.write(str(target), file=sys.stderr)
+        except (ExportExistsError, OSError, ValueError) as e:  # keep the work, say where
+            err(f"{path}: " + rescue_note(result.transcript, path, f"the export failed ({e})"))
+            failed += 1
+
+    try:
+        run_on_cluster(args.ray, [job for job, _ in work], progress=progress, on_result=finished,
+                       threads=args.threads or None)  # fmt: skip
+    except ClusterError as e:
+        for bar in bars:
+            bar.close()
+        err(str(e))
+        return 2
+    return 1 if failed else 0
