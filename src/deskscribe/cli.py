@@ -343,7 +343,10 @@ def _config(args: argparse.Namespace) -> int:
 
     if args.key is None:
         for key, meaning in settings.KNOWN.items():
-            print(f"{key} = {settings.text(key)}    # {meaning}")
+            value = settings.text(key)
+            if key in settings.SECRETS and value:  # shown only when asked for by name
+                value = "(set; `deskscribe config " + key + "` shows it)"
+            print(f"{key} = {value}    # {meaning}")
         return EXIT_OK
     if args.key not in settings.KNOWN:
         _err(f"unknown setting {args.key!r}; known: {', '.join(settings.KNOWN)}")

@@ -43,7 +43,16 @@ KNOWN = {
     "live_source": "the app's live source: mic, system or both",
     "live_mic_device": "the microphone the app's live window used last",
     "live_system_device": "the system-audio source the app's live window used last",
+    "use_server": "transcribe files on a DeskScribe server (server_url) instead of this "
+    "computer: true or false (default: false)",
+    "server_url": "the DeskScribe server's address, e.g. http://HOST:8000",
+    "server_key": "the API key of that server (a secret: kept in this file, readable by you only)",
 }
+# Settings that are secrets: a front end that lists settings should show them masked. Kept
+# in the settings file as they are: the file is this user's only (0600 in a 0700 folder, see
+# ``save``), as ssh and git keep their credentials; the OS keychain is not reachable from
+# every platform this runs on without another dependency.
+SECRETS = frozenset({"server_key"})
 
 
 def settings_path() -> Path:
@@ -81,6 +90,9 @@ class Settings:
     live_source: str | None = None
     live_mic_device: str | None = None
     live_system_device: str | None = None
+    use_server: bool = False  # the file queue sends its files to server_url
+    server_url: str | None = None
+    server_key: str | None = None  # a secret (SECRETS)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -193,7 +205,10 @@ def save(settings: Settings) -> None:
     with _lock:
         path = settings_path()
         private_dir(path.parent)
-        write_atomic(path, json.dumps(settings.to_json(), indent=2))
+        # Private on purpose: the file holds secrets (server_key). write_atomic's default keeps
+        # mkstemp's 0600 through the rename, so the file is never readable by others, not even
+        # for a moment; the folder is 0700.
+        write_atomic(path, json.dumps(settings.to_json(), indent=2), private=True)
         stamp = _stamp(path)
         _cached = (stamp, copy.deepcopy(settings)) if stamp is not None else None
 

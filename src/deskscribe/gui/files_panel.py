@@ -1,8 +1,11 @@
 """The Files page: drop files or folders, a queue that transcribes them one at a time.
 
 Each file becomes a library item (`service.queue.queue_files`) and runs through
-`service.queue.run_queued_item` on a worker thread, its job in the engine process; this panel
-only keeps the table, the buttons and the library in step. A file that fails shows its reason in its row and the queue goes on.
+`service.queue.run_queued_item` on a worker thread, its job in the engine process, or on a
+DeskScribe server when Settings say so (`service.remote.remote_runner`: the same progress,
+cancel and per-file errors); this panel only keeps the table, the buttons and the library in
+step. A file that fails shows its reason in its row and the queue goes on; files that failed on
+the server are offered to be transcribed on this computer instead.
 """
 
 from __future__ import annotations
@@ -30,7 +33,15 @@ from ..audio import decode  # noqa: F401 - loads FFmpeg at start, not on a worke
 from ..library import Item
 from ..service.engine import EngineProcess
 from ..service.models import queued_model_name, runtime_device
-from ..service.queue import ExportOptions, JobOutcome, job_options, queue_files, run_queued_item
+from ..service.queue import (
+    ExportOptions,
+    JobOutcome,
+    Runner,
+    job_options,
+    queue_files,
+    run_queued_item,
+)
+from ..service.remote import remote_runner
 from .file_options import FileOptions
 from .queue_model import (
     DURATION,
@@ -42,7 +53,7 @@ from .queue_model import (
     QueueModel,
     QueueRow,
 )
-from .widgets import heading, muted
+from .widgets import Banner, heading, muted
 from .workers import WorkerHandle, run_in_worker
 
 ENGINE_IDLE_MS = 5 * 60 * 1000
@@ -61,13 +72,13 @@ def _prepare(
 
 
 def _run_job(
-    engine: EngineProcess, library, item_id: int, device_choice: str,
+    run: Runner, library, item_id: int, device_choice: str,
     export_options: ExportOptions, progress=None, cancel=None,
 ) -> JobOutcome:  # fmt: skip
-    """Worker thread: one job in the engine process (see `service.engine` for why a process);
-    its result is stored in the library here, in the app's process."""
+    """Worker thread: one job with ``run``: the engine process's (see `service.engine` for why
+    a process) or a server's; its result is stored in the library here, in the app's process."""
     return run_queued_item(
-        library, item_id, engine.run, device=runtime_device(device_choice),
+        library, item_id, run, device=runtime_device(device_choice),
         export_options=export_options, progress=progress, cancel=cancel,
     )  # fmt: skip
 
@@ -90,6 +101,9 @@ class FilesPanel(QWidget):
         self._shut_down = False
         self._job_id: int | None = None
         self._remove_after: set[int] = set()
+        self._job_on_server = False
+        self._server_failed: set[int] = set()  # item ids that failed on the server
+        self._run_here: set[int] = set()  # item ids to transcribe on this computer next time
         self._adding = 0
         self.setAcceptDrops(True)
 
@@ -134,6 +148,11 @@ class FilesPanel(QWidget):
                   self.clear_button):  # fmt: skip
             buttons.addWidget(b)
 
+        # Where files go: said on the page, so nobody uploads a file without knowing it.
+        self.where = muted()
+        self.where.hide()
+        ctx.settings_changed.connect(self._settings_changed)
+        self.server_banner = Banner()  # files that failed on the server: run them here instead
         self.summary = QLabel(DROP_HINT)
         self.summary.setWordWrap(True)
         self.details = QLabel()  # the whole reason of the selected failed file
@@ -145,11 +164,14 @@ class FilesPanel(QWidget):
         layout.addWidget(heading("Files"))
         layout.addWidget(muted(DROP_HINT))
         layout.addWidget(self.options)
+        layout.addWidget(self.where)
         layout.addLayout(buttons)
+        layout.addWidget(self.server_banner)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.details)
         layout.addWidget(self.summary)
         self._update_buttons()
+        self._show_where()
 
     # --- adding ----------------------------------------------------------------------------
 
@@ -227,8 +249,9 @@ class FilesPanel(QWidget):
         self.queue.change(row.item_id, status="running", progress=0.0, eta=None, error=None)
         self._job_id = row.item_id
         self._idle.stop()
+        run, self._job_on_server = self._runner(row.item_id)
         job = functools.partial(
-            _run_job, self.engine, self.ctx.library, row.item_id,
+            _run_job, run, self.ctx.library, row.item_id,
             self.ctx.get("device", "auto"), self.options.export_options(),
         )  # fmt: skip
         self._job = run_in_worker(
@@ -237,6 +260,21 @@ class FilesPanel(QWidget):
         )  # fmt: skip
         self._show_summary()
         self._update_buttons()
+
+    def server(self) -> tuple[str, str | None] | None:
+        """(address, key) of the DeskScribe server files go to, or None: this computer."""
+        if not self.ctx.get_bool("use_server"):
+            return None
+        return str(self.ctx.get("server_url") or ""), self.ctx.get("server_key") or None
+
+    def _runner(self, item_id: int) -> tuple[Runner, bool]:
+        """What runs this item, and whether that is the server. Read at each job, so a change
+        in Settings applies from the next file on."""
+        server = None if item_id in self._run_here else self.server()
+        if server is None:
+            return self.engine.run, False
+        # Quitting stops the job as the engine's are stopped: unfinished, offered at next start.
+        return remote_runner(*server, quitting=lambda: self._shut_down), True
 
     def _job_progress(self, item_id: int, fraction: float, eta: float | None) -> None:
         self.queue.change(item_id, progress=fraction, eta=eta)
@@ -259,6 +297,10 @@ class FilesPanel(QWidget):
 
     def _finish_job(self, item_id: int, status: str, error: str | None) -> None:
         self._job, self._job_id = None, None
+        self._run_here.discard(item_id)  # "here" was for that run; Retry asks Settings again
+        if self._job_on_server and status == "failed":
+            self._server_failed.add(item_id)
+        self._job_on_server = False
         self.queue.change(item_id, status=status, error=error, eta=None,
                           progress=1.0 if status == "done" else 0.0)  # fmt: skip
         if item_id in self._remove_after:
@@ -267,7 +309,51 @@ class FilesPanel(QWidget):
         self.ctx.library_changed.emit()
         self.job_finished.emit(item_id)
         self._update_buttons()
+        self._show_server_banner()
         self._kick()
+
+    # --- the server --------------------------------------------------------------------------
+
+    def _failed_on_server(self) -> list[QueueRow]:
+        return [r for r in self.queue.rows
+                if r.item_id in self._server_failed and r.status == "failed"]  # fmt: skip
+
+    def _show_server_banner(self) -> None:
+        rows = self._failed_on_server()
+        if not rows:
+            self.server_banner.hide()
+            return
+        what = f"“{rows[0].path.name}”" if len(rows) == 1 else f"{len(rows)} files"
+        self.server_banner.show_message(
+            f"{what} could not be transcribed on the DeskScribe server (the reason is in "
+            "its row). Transcribe on this computer instead?",
+            "warning", "Transcribe on this computer", self.transcribe_here,
+        )  # fmt: skip
+
+    def transcribe_here(self) -> None:
+        """Queue the files that failed on the server again, to run on this computer (the
+        selected ones among them, else all)."""
+        failed = self._failed_on_server()
+        picked = {r.item_id for r in self.selected_rows()}
+        rows = [r for r in failed if r.item_id in picked] or failed
+        for row in rows:
+            self._server_failed.discard(row.item_id)
+            self._run_here.add(row.item_id)
+            self.ctx.library.update(row.item_id, status="queued", progress=0.0, error=None)
+            self.queue.change(row.item_id, status="queued", progress=0.0, error=None)
+        self._show_server_banner()
+        self._kick()
+
+    def _settings_changed(self, key: str) -> None:
+        if key in ("use_server", "server_url"):
+            self._show_where()
+
+    def _show_where(self) -> None:
+        server = self.server()
+        if server is not None:
+            self.where.setText(f"Files are transcribed on the DeskScribe server at "
+                               f"{server[0] or '(no address yet)'} (see Settings).")  # fmt: skip
+        self.where.setVisible(server is not None)
 
     def _show_summary(self) -> None:
         counts = self.queue.counts()
@@ -306,8 +392,10 @@ class FilesPanel(QWidget):
     def retry_selected(self) -> None:
         for row in self.selected_rows():
             if row.status in ("failed", "cancelled"):
+                self._server_failed.discard(row.item_id)
                 self.ctx.library.update(row.item_id, status="queued", progress=0.0, error=None)
                 self.queue.change(row.item_id, status="queued", progress=0.0, error=None)
+        self._show_server_banner()
         self._kick()
 
     def remove_selected(self) -> None:
@@ -328,6 +416,8 @@ class FilesPanel(QWidget):
             self.ctx.library.delete(item_id)
             self.ctx.library_changed.emit()
         self.queue.remove(item_id)
+        self._server_failed.discard(item_id)
+        self._show_server_banner()
 
     def open_selected(self) -> None:
         for row in self.selected_rows():

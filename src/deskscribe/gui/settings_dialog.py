@@ -1,11 +1,17 @@
-"""Settings: default model, device, language, vocabulary, where and how transcripts are exported.
+"""Settings: default model, device, language, vocabulary, where and how transcripts are exported,
+and the DeskScribe server files may be transcribed on.
 
 Values live in the same settings file as ``deskscribe config`` uses; they are written on a
-worker thread when the user presses Save.
+worker thread when the user presses Save. The server's Test button asks the server on a worker
+thread too (`service.remote.check_server`): the window never waits on the network.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -14,6 +20,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QGridLayout,
+    QGroupBox,
     QHBoxLayout,
     QLineEdit,
     QPushButton,
@@ -21,6 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..errors import DeskScribeError
+from ..service.remote import RemoteError, check_server, normalize_url
 from ..transcript.export import FORMATS
 from .context import DEVICE_CHOICES, AppContext
 from .file_options import FORMAT_LABELS
@@ -112,6 +121,7 @@ class SettingsDialog(QDialog):
         self.automatic.setChecked(ctx.get_bool("export_automatically"))
         form.addRow("", self.automatic)
         lay.addLayout(form)
+        lay.addWidget(self._server_group())
         lay.addWidget(muted("The light or dark look follows your operating system's setting."))
 
         buttons = QDialogButtonBox(
@@ -128,6 +138,71 @@ class SettingsDialog(QDialog):
             on_done=self._checker_ready,
             on_error=lambda e: None,  # no model installed: nothing to check against yet
         )
+
+    def _server_group(self) -> QGroupBox:
+        ctx = self.ctx
+        box = QGroupBox("DeskScribe server")
+        form = QFormLayout(box)
+        self.use_server = QCheckBox("Transcribe files on a DeskScribe server")
+        self.use_server.setChecked(ctx.get_bool("use_server"))
+        self.use_server.setToolTip(
+            "Files you add are uploaded to the server and transcribed there (the transcripts "
+            "stay in this computer's library); live sessions always run on this computer"
+        )
+        form.addRow(self.use_server)
+        self.server_url = QLineEdit(ctx.get("server_url") or "")
+        self.server_url.setPlaceholderText("http://HOST:8000, as `deskscribe serve` prints it")
+        form.addRow("Address", self.server_url)
+        self.server_key = QLineEdit(ctx.get("server_key") or "")
+        self.server_key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.server_key.setPlaceholderText("Only if the server asks for one")
+        form.addRow("API key", self.server_key)
+        row = QHBoxLayout()
+        self.test_server = QPushButton("Test")
+        self.test_server.setToolTip("Ask the server whether it answers and takes the key")
+        self.test_server.clicked.connect(self.check_server)
+        self.server_status = muted()
+        self.server_status.setTextInteractionFlags(
+            self.server_status.textInteractionFlags() | Qt.TextInteractionFlag.TextSelectableByMouse
+        )
+        row.addWidget(self.test_server)
+        row.addWidget(self.server_status, 1)
+        form.addRow("", row)
+        self._test_serial = 0  # an answer for an address since edited is not shown
+        self.server_url.textChanged.connect(self._server_edited)
+        self.server_key.textChanged.connect(self._server_edited)
+        self.test_server.setEnabled(bool(self.server_url.text().strip()))
+        return box
+
+    def _server_edited(self) -> None:
+        self._test_serial += 1
+        self.test_server.setEnabled(bool(self.server_url.text().strip()))
+        self._show_server_status("", True)
+
+    def check_server(self) -> None:
+        """The Test button: ask the server on a worker thread; the answer shows beside it."""
+        self._test_serial += 1
+        serial = self._test_serial
+        self.test_server.setEnabled(False)
+        self._show_server_status("Testing…", True)
+        run_in_worker(
+            check_server, self.server_url.text(), self.server_key.text().strip() or None,
+            on_done=functools.partial(self._tested, serial, True),
+            on_error=functools.partial(self._tested, serial, False), name="server-test",
+        )  # fmt: skip
+
+    def _tested(self, serial: int, ok: bool, answer: object) -> None:
+        if serial != self._test_serial:
+            return
+        if not ok and not isinstance(answer, DeskScribeError):
+            answer = f"Unexpected error ({type(answer).__name__}: {answer})"
+        with contextlib.suppress(RuntimeError):  # the dialog was closed meanwhile
+            self.test_server.setEnabled(bool(self.server_url.text().strip()))
+            self._show_server_status(str(answer), ok)
+
+    def _show_server_status(self, text: str, ok: bool) -> None:
+        self.server_status.setText(text)
+        self.server_status.setStyleSheet("" if ok else "color: #c0392b")
 
     def _filled(self, found) -> None:
         names, has_gpu = found
@@ -178,10 +253,20 @@ class SettingsDialog(QDialog):
             "output_dir": self.output_dir.text().strip() or None,
             "output_formats": formats or None,
             "export_automatically": self.automatic.isChecked(),
+            "use_server": self.use_server.isChecked(),
+            "server_url": self.server_url.text().strip() or None,
+            "server_key": self.server_key.text().strip() or None,
         }
 
     def save(self) -> None:
         values = self.values()
+        if values["server_url"] or values["use_server"]:
+            try:  # a typo is said here, not by the first file that fails
+                values["server_url"] = normalize_url(values["server_url"] or "")
+            except RemoteError as e:
+                self._show_server_status(str(e), False)
+                self.server_url.setFocus()
+                return
         self.save_btn.setEnabled(False)
 
         def write() -> None:
