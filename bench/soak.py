@@ -1,0 +1,178 @@
+"""The server over a long run: is memory flat, does latency hold?
+
+    python bench/soak.py [--minutes 60] [--model tiny.en] [--variant int8] [--streams 2]
+                         [--every 1] [--realtime]
+
+A real ``deskscribe serve`` answers requests from ``--streams`` clients (the official openai
+SDK) without pause for ``--minutes``: the real recordings of ``../shared/eval`` in turn, in
+every response format, with a streaming request now and then. With ``--realtime`` one more
+client keeps a Realtime session open the whole time, streaming the recordings at 24 kHz.
+Every ``--every`` minutes it samples the server's resident memory (from /proc) and the
+requests' p50/p95 latency of that interval; at the end the growth of memory from the end of
+the warm-up (the first 10 %, at least 2 minutes) to the end, the target being at most 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common import DEFAULT_CACHE, ROOT, built_model, ct2_checkpoint, machine_line
+
+sys.path.insert(0, str(ROOT / "tests"))
+from server_support import make_store, serve
+
+EVAL = ROOT.parent / "shared" / "eval"
+FORMATS = ("json", "verbose_json", "srt", "vtt", "text")
+
+
+def rss_of(pid: int) -> float:
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def main() -> int:
+    import openai
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=60.0)
+    ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--variant", default="int8")
+    ap.add_argument("--streams", type=int, default=2)
+    ap.add_argument("--every", type=float, default=1.0, help="minutes between samples")
+    ap.add_argument("--realtime", action="store_true")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    args = ap.parse_args()
+    name = f"{args.model}-{args.variant}"
+    folder, _ = built_model(ct2_checkpoint(args.model, args.cache),
+                            args.cache / "models" / name, args.variant, name)  # fmt: skip
+    files = [*sorted((EVAL / "ami").glob("*.wav")), EVAL / "two-speakers.wav", EVAL / "jfk.flac"]
+    print(machine_line(os.cpu_count() or 1))
+    print(f"model {name}; {args.streams} client(s) for {args.minutes:g} min"
+          + (" + one realtime session" if args.realtime else ""))  # fmt: skip
+    root = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    store = make_store(root, {name: folder})
+    server = serve(store, root / "data", "--model", name, "--workers", str(args.streams),
+                   "--max-queue", "64")  # fmt: skip
+    stop = threading.Event()
+    lock = threading.Lock()
+    latencies: list[float] = []
+    failures: list[str] = []
+    counts = {"requests": 0, "realtime_items": 0}
+
+    def client_loop(k: int) -> None:
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=600)
+        i = k
+        while not stop.is_set():
+            path, fmt = files[i % len(files)], FORMATS[i % len(FORMATS)]
+            t0 = time.perf_counter()
+            try:
+                with open(path, "rb") as fh:
+                    if i % 7 == 3:
+                        for _ in client.audio.transcriptions.create(
+                            file=fh, model="whisper-1", stream=True
+                        ):
+                            pass
+                    else:
+                        client.audio.transcriptions.create(
+                            file=fh, model="whisper-1", response_format=fmt
+                        )
+            except Exception as e:
+                with lock:
+                    failures.append(f"{type(e).__name__}: {e}")
+            else:
+                with lock:
+                    latencies.append(time.perf_counter() - t0)
+                    counts["requests"] += 1
+            i += args.streams
+
+    def realtime_loop() -> None:
+        import soxr
+
+        from deskscribe.audio.decode import decode_audio
+
+        clips = [(soxr.resample(decode_audio(f), 16000, 24000) * 32767).astype("<i2")
+                 for f in files]  # fmt: skip
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0)
+        try:
+            with client.realtime.connect(model="whisper-1", extra_query={"intent": "transcription"},
+                                         websocket_base_url=server.ws_url) as conn:  # fmt: skip
+                feeder = threading.Thread(target=_feed, args=(conn, clips, stop), daemon=True)
+                feeder.start()
+                for event in conn:
+                    if event.type == "conversation.item.input_audio_transcription.completed":
+                        with lock:
+                            counts["realtime_items"] += 1
+                    if stop.is_set():
+                        break
+        except Exception as e:
+            with lock:
+                failures.append(f"realtime: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=client_loop, args=(k,), daemon=True)
+               for k in range(args.streams)]  # fmt: skip
+    if args.realtime:
+        threads.append(threading.Thread(target=realtime_loop, daemon=True))
+    for t in threads:
+        t.start()
+    samples: list[tuple[float, float]] = []
+    t_start = time.monotonic()
+    print("\n| minute | server RSS MiB | requests | p50 s | p95 s | failures | realtime items |")
+    print("|---|---|---|---|---|---|---|")
+    try:
+        while (elapsed := (time.monotonic() - t_start) / 60) < args.minutes:
+            time.sleep(min(args.every * 60, max(1.0, (args.minutes - elapsed) * 60)))
+            with lock:
+                lat, latencies[:] = np.array(latencies), []
+                n, bad, rt = counts["requests"], len(failures), counts["realtime_items"]
+            minute = (time.monotonic() - t_start) / 60
+            rss = rss_of(server.proc.pid)
+            samples.append((minute, rss))
+            p50 = f"{np.percentile(lat, 50):.2f}" if lat.size else "-"
+            p95 = f"{np.percentile(lat, 95):.2f}" if lat.size else "-"
+            print(f"| {minute:.1f} | {rss:.0f} | {n} | {p50} | {p95} | {bad} | {rt} |",
+                  flush=True)  # fmt: skip
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    warm = max(2.0, args.minutes * 0.1)
+    after = [m for t, m in samples if t >= warm]
+    if len(after) >= 2:
+        growth = (after[-1] - after[0]) / after[0] * 100
+        print(f"\nRSS after warm-up ({warm:g} min): {after[0]:.0f} -> {after[-1]:.0f} MiB, "
+              f"growth {growth:+.1f} % (target <= 5 %); max {max(after):.0f} MiB")  # fmt: skip
+    print(f"{counts['requests']} requests, {len(failures)} failures"
+          + (f"; first: {failures[0]}" if failures else ""))  # fmt: skip
+    return 1 if failures else 0
+
+
+def _feed(conn, clips, stop: threading.Event) -> None:
+    """Stream the clips at real time, 100 ms at a time, with 1 s of silence between them."""
+    step = 2400  # 100 ms at 24 kHz
+    silence = np.zeros(24000, dtype="<i2")
+    i = 0
+    while not stop.is_set():
+        pcm = np.concatenate([clips[i % len(clips)], silence])
+        for a in range(0, pcm.shape[0], step):
+            if stop.is_set():
+                return
+            chunk = base64.b64encode(pcm[a : a + step].tobytes()).decode("ascii")
+            conn.send({"type": "input_audio_buffer.append", "audio": chunk})
+            time.sleep(0.1)
+        i += 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
