@@ -9,6 +9,7 @@ import concurrent.futures
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx2 as httpx
@@ -252,3 +253,24 @@ def test_keys_limits_and_a_full_queue(tmp_path, tiny_fp32) -> None:
         run = subprocess.run([sys.executable, "-m", "deskscribe", "serve", *args],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
         assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+def test_a_model_loads_on_first_use_and_is_released_when_idle(tmp_path, tiny_fp32) -> None:
+    store = make_store(tmp_path, {"tiny.en-fp32": tiny_fp32})
+    server = serve(store, tmp_path / "data", "--idle-ttl", "2")
+    try:
+        assert httpx.get(server.url + "/health").json()["models_loaded"] == []  # not preloaded
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0)
+        client.audio.transcriptions.create(file=JFK.open("rb"), model="whisper-1")
+        assert httpx.get(server.url + "/health").json()["models_loaded"] == ["tiny.en-fp32"]
+        deadline = time.monotonic() + 20
+        while httpx.get(server.url + "/health").json()["models_loaded"]:
+            assert time.monotonic() < deadline, "the idle model was not released"
+            time.sleep(0.5)
+        # Released, not broken: the next request loads it again.
+        text = client.audio.transcriptions.create(file=JFK.open("rb"), model="whisper-1").text
+        assert wer(JFK_TEXT, text) <= 0.1
+        metrics = httpx.get(server.url + "/metrics").text
+        assert "deskscribe_model_loads 2.0" in metrics, metrics
+    finally:
+        server.stop()

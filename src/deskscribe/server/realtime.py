@@ -35,8 +35,7 @@ import json
 import logging
 import queue
 import threading
-import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
 from fastapi import WebSocket
@@ -44,16 +43,24 @@ from fastapi import WebSocket
 from ..errors import DeskScribeError
 from .config import bearer, key_matches
 from .errors import ApiError
+from .realtime_protocol import (
+    Settings,
+    beta_session,
+    error_event,
+    ga_session,
+    invalid,
+    new_id,
+    parse_beta,
+    parse_ga,
+)
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000  # the engine's rate
-RATES = (24000, 16000)  # what clients may send; 24 kHz is the protocol's own
 PIECE = SAMPLE_RATE // 10  # audio is fed to the VAD in 100 ms pieces: one end per piece at most
 MIN_COMMIT = SAMPLE_RATE // 10  # OpenAI refuses to commit less than 100 ms
 QUEUED_BYTES = 24000 * 2 * 20  # audio waiting for the decoder (20 s at 24 kHz); then backpressure
 OUTBOX_EVENTS = 4096  # events waiting for the client; more: it is not reading, so it is closed
-DEFAULT_VAD = {"threshold": 0.5, "prefix_padding_ms": 250, "silence_duration_ms": 600}
 CLIENT_EVENTS = (
     "session.update, transcription_session.update, input_audio_buffer.append, "
     "input_audio_buffer.commit, input_audio_buffer.clear"
@@ -64,212 +71,6 @@ CONVERSATION_EVENTS = frozenset(
      "conversation.item.truncate", "response.create", "response.cancel",
      "output_audio_buffer.clear"}
 )  # fmt: skip
-
-
-def _id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:20]}"
-
-
-def error_event(
-    message: str,
-    *,
-    code: str | None = None,
-    param: str | None = None,
-    client_event_id: str | None = None,
-    type: str = "invalid_request_error",
-) -> dict:
-    """OpenAI's error event (``RealtimeErrorEvent``)."""
-    return {"type": "error", "error": {"type": type, "code": code, "message": message,
-                                       "param": param, "event_id": client_event_id}}  # fmt: skip
-
-
-# --------------------------------------------------------------------------- settings
-
-
-@dataclass
-class Settings:
-    """A session's effective configuration (what ``session.updated`` reports)."""
-
-    rate: int = 24000
-    model: str | None = None  # as the client named it; None: the server's default
-    language: str | None = None
-    prompt: str | None = None  # given to the model in every pass (prompt.py's vocabulary)
-    vad: dict | None = field(default_factory=lambda: dict(DEFAULT_VAD))  # None: client commits
-
-    def streaming(self):
-        from ..whisper.streaming import StreamingOptions
-
-        vad = self.vad or DEFAULT_VAD
-        return StreamingOptions(
-            language=self.language,
-            vocabulary=self.prompt,
-            vad_threshold=vad["threshold"],
-            end_of_utterance_ms=vad["silence_duration_ms"],
-            speech_pad_ms=vad["prefix_padding_ms"],
-        )
-
-    def apply(self, patch: dict) -> Settings:
-        new = replace(self, vad=dict(self.vad) if self.vad else None)
-        if "rate" in patch:
-            new.rate = patch["rate"]
-        if "transcription" in patch:
-            t = patch["transcription"]
-            if t is None:  # "null turns it off": here it goes back to the defaults
-                new.model = new.language = new.prompt = None
-            else:
-                for key, value in t.items():
-                    setattr(new, key, value)
-        if "vad" in patch:
-            new.vad = None if patch["vad"] is None else {**(self.vad or DEFAULT_VAD),
-                                                         **patch["vad"]}  # fmt: skip
-        return new
-
-    def changes_engine(self, other: Settings) -> bool:
-        return (self.model, self.language, self.prompt, self.vad) != (
-            other.model, other.language, other.prompt, other.vad)  # fmt: skip
-
-
-def _transcription(s: Settings, model_name: str | None) -> dict:
-    return {"model": s.model or model_name, "language": s.language, "prompt": s.prompt}
-
-
-def _turn(s: Settings) -> dict | None:
-    return None if s.vad is None else {"type": "server_vad", **s.vad}
-
-
-def ga_session(sid: str, s: Settings, model_name: str | None) -> dict:
-    """``RealtimeTranscriptionSessionCreateRequest`` (GA)."""
-    return {
-        "type": "transcription",
-        "id": sid,
-        "object": "realtime.transcription_session",
-        "audio": {"input": {"format": {"type": "audio/pcm", "rate": s.rate},
-                            "transcription": _transcription(s, model_name),
-                            "turn_detection": _turn(s), "noise_reduction": None}},
-        "include": [],
-    }  # fmt: skip
-
-
-def beta_session(sid: str, s: Settings, model_name: str | None) -> dict:
-    """``TranscriptionSession`` (beta)."""
-    return {
-        "id": sid,
-        "object": "realtime.transcription_session",
-        "modalities": ["text"],
-        "input_audio_format": "pcm16",
-        "input_audio_transcription": _transcription(s, model_name),
-        "turn_detection": _turn(s),
-        "input_audio_noise_reduction": None,
-        "include": [],
-    }
-
-
-def _invalid(message: str, param: str, code: str = "invalid_value") -> ApiError:
-    return ApiError(400, message, param=param, code=code)
-
-
-def _dict(value, param: str) -> dict:
-    if not isinstance(value, dict):
-        raise _invalid(f"{param} must be an object", param, "invalid_type")
-    return value
-
-
-def _transcription_patch(t, param: str) -> dict | None:
-    if t is None:
-        return None
-    t = _dict(t, param)
-    out = {}
-    for key in ("model", "language", "prompt"):
-        if key in t:
-            value = t[key]
-            if value is not None and not isinstance(value, str):
-                raise _invalid(f"{param}.{key} must be a string", f"{param}.{key}", "invalid_type")
-            value = (value or "").strip() or None
-            out[key] = value.lower() if key == "language" and value else value
-    if t.get("keywords"):  # gpt-transcribe's word list: our vocabulary does the same
-        words = t["keywords"]
-        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-            raise _invalid(f"{param}.keywords must be a list of strings", f"{param}.keywords")
-        out["prompt"] = ", ".join([*([out["prompt"]] if out.get("prompt") else []), *words])
-    return out
-
-
-def _number(d: dict, key: str, param: str, lo: float, hi: float, integer: bool):
-    value = d[key]
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and integer:
-        ok = float(value).is_integer()
-    if not ok or not lo <= value <= hi:
-        kind = "an integer" if integer else "a number"
-        raise _invalid(f"{param}.{key} must be {kind} from {lo:g} to {hi:g}; got {value!r}",
-                       f"{param}.{key}")  # fmt: skip
-    return int(value) if integer else float(value)
-
-
-def _vad_patch(td, param: str) -> dict | None:
-    if td is None:
-        return None
-    td = _dict(td, param)
-    kind = td.get("type") or "server_vad"
-    if kind != "server_vad":
-        raise _invalid(f"turn detection {kind!r} is not supported: use \"server_vad\" (voice "
-                       "activity detection) or null (the client commits)", f"{param}.type")  # fmt: skip
-    out = {}
-    for key, lo, hi, integer in (("threshold", 0.0, 1.0, False),
-                                 ("prefix_padding_ms", 0, 10000, True),
-                                 ("silence_duration_ms", 32, 10000, True)):  # fmt: skip
-        if td.get(key) is not None:
-            out[key] = _number(td, key, param, lo, hi, integer)
-    return out
-
-
-def parse_ga(session) -> dict:
-    """The changes a GA ``session.update`` asks for (a patch); ``ApiError`` if one is invalid."""
-    s = _dict(session, "session")
-    if s.get("type") not in (None, "transcription"):
-        raise _invalid(f"this server runs transcription sessions only (session.type "
-                       f"\"transcription\"); got {s['type']!r}", "session.type")  # fmt: skip
-    inp = _dict(_dict(s.get("audio") or {}, "session.audio").get("input") or {},
-                "session.audio.input")  # fmt: skip
-    patch: dict = {}
-    if inp.get("format") is not None:
-        fmt = _dict(inp["format"], "session.audio.input.format")
-        rate = fmt.get("rate") or 24000
-        if fmt.get("type", "audio/pcm") != "audio/pcm" or rate not in RATES:
-            raise _invalid(
-                f"unsupported audio format {fmt.get('type')!r} at {rate!r} Hz: this server "
-                "takes {\"type\": \"audio/pcm\", \"rate\": 24000} (pcm16 mono little-endian; "
-                "rate 16000 also works)", "session.audio.input.format")  # fmt: skip
-        patch["rate"] = int(rate)
-    if "transcription" in inp:
-        patch["transcription"] = _transcription_patch(
-            inp["transcription"], "session.audio.input.transcription"
-        )
-    if "turn_detection" in inp:
-        patch["vad"] = _vad_patch(inp["turn_detection"], "session.audio.input.turn_detection")
-    return patch
-
-
-def parse_beta(session) -> dict:
-    """The changes a beta ``transcription_session.update`` asks for."""
-    s = _dict(session, "session")
-    patch: dict = {}
-    if s.get("input_audio_format") is not None:
-        if s["input_audio_format"] != "pcm16":
-            raise _invalid(f"unsupported input_audio_format {s['input_audio_format']!r}: this "
-                           "server takes \"pcm16\" (16-bit mono little-endian at 24 kHz)",
-                           "session.input_audio_format")  # fmt: skip
-        patch["rate"] = 24000
-    if "input_audio_transcription" in s:
-        patch["transcription"] = _transcription_patch(
-            s["input_audio_transcription"], "session.input_audio_transcription"
-        )
-    if "turn_detection" in s:
-        patch["vad"] = _vad_patch(s["turn_detection"], "session.turn_detection")
-    return patch
-
-
-# --------------------------------------------------------------------------- decoding thread
 
 
 @dataclass
@@ -370,7 +171,7 @@ class Decoder(threading.Thread):
         for i in range(0, x.shape[0], PIECE):
             piece = x[i : i + PIECE]
             if self.settings.vad is None and self.item is None:
-                self.item = Item(_id("item"), self.offset + t.total)
+                self.item = Item(new_id("item"), self.offset + t.total)
             changes = t.add_audio(piece)
             self.uncommitted += piece.shape[0]
             if self.settings.vad is None:
@@ -386,7 +187,7 @@ class Decoder(threading.Thread):
             self._complete([])
         pad = self.transcriber.options.speech_pad_ms * SAMPLE_RATE // 1000
         start = self.offset + max(0, at - pad)
-        self.item = Item(_id("item"), start)
+        self.item = Item(new_id("item"), start)
         self.emit({"type": "input_audio_buffer.speech_started",
                    "audio_start_ms": _ms(start), "item_id": self.item.id})  # fmt: skip
 
@@ -395,7 +196,7 @@ class Decoder(threading.Thread):
         pad = t.options.speech_pad_ms * SAMPLE_RATE // 1000
         end = min(at + pad, t.total)
         if self.item is None:
-            self.item = Item(_id("item"), self.offset + at)
+            self.item = Item(new_id("item"), self.offset + at)
         self.emit({"type": "input_audio_buffer.speech_stopped",
                    "audio_end_ms": _ms(self.offset + end), "item_id": self.item.id})  # fmt: skip
         self._committed()
@@ -418,7 +219,7 @@ class Decoder(threading.Thread):
             return
         t = self.transcriber
         if self.item is None:
-            self.item = Item(_id("item"), self.offset + t.total - self.uncommitted)
+            self.item = Item(new_id("item"), self.offset + t.total - self.uncommitted)
         self._committed()
         self.uncommitted = 0
         self._complete(self._new_words(t.finish()), end=self.offset + t.total)
@@ -526,7 +327,7 @@ class Decoder(threading.Thread):
         """An interim pass: newly committed words are deltas of the item being spoken."""
         words = self._new_words(update)
         if words and self.item is None:  # committed outside speech (VAD edge): its own item
-            self.item = Item(_id("item"), self.offset + int(words[0].start * SAMPLE_RATE))
+            self.item = Item(new_id("item"), self.offset + int(words[0].start * SAMPLE_RATE))
         self._delta(words)
 
     def _delta(self, words) -> None:
@@ -607,7 +408,7 @@ class Connection:
     def __init__(self, ws, state) -> None:
         self.ws, self.state = ws, state
         self.loop = asyncio.get_running_loop()
-        self.sid = _id("sess")
+        self.sid = new_id("sess")
         self.outbox: asyncio.Queue = asyncio.Queue()
         self.queued = 0  # bytes of audio the decoder has not taken yet
         self.room = asyncio.Event()
@@ -732,7 +533,7 @@ class Connection:
             elif kind in ("session.update", "transcription_session.update"):
                 parse = parse_ga if kind == "session.update" else parse_beta
                 if "session" not in event:
-                    raise _invalid("missing required parameter: session", "session",
+                    raise invalid("missing required parameter: session", "session",
                                    "missing_required_parameter")  # fmt: skip
                 self.decoder.inbox.put(("update", parse(event["session"]), kind, cid))
             elif kind == "input_audio_buffer.commit":
@@ -740,10 +541,10 @@ class Connection:
             elif kind == "input_audio_buffer.clear":
                 self.decoder.inbox.put(("clear",))
             elif kind in CONVERSATION_EVENTS:
-                raise _invalid(f"{kind} is not supported in a transcription session; this "
+                raise invalid(f"{kind} is not supported in a transcription session; this "
                                f"server takes {CLIENT_EVENTS}", "type")  # fmt: skip
             else:
-                raise _invalid(f"unknown event type {kind!r}; this server takes {CLIENT_EVENTS}",
+                raise invalid(f"unknown event type {kind!r}; this server takes {CLIENT_EVENTS}",
                                "type", "unknown_event_type")  # fmt: skip
         except ApiError as e:
             self._post(error_event(e.message, code=e.code, param=e.param, client_event_id=cid))
@@ -751,15 +552,15 @@ class Connection:
     async def _append(self, event: dict, cid: str | None) -> None:
         audio = event.get("audio")
         if not isinstance(audio, str):
-            raise _invalid("missing required parameter: audio (base64 pcm16)", "audio",
+            raise invalid("missing required parameter: audio (base64 pcm16)", "audio",
                            "missing_required_parameter")  # fmt: skip
         try:
             pcm = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
-            raise _invalid("audio is not valid base64 (it should be base64-encoded pcm16 "
+            raise invalid("audio is not valid base64 (it should be base64-encoded pcm16 "
                            "mono little-endian samples)", "audio", "invalid_base64") from None  # fmt: skip
         if len(pcm) % 2:
-            raise _invalid(f"audio has {len(pcm)} bytes, an odd number: pcm16 samples are 2 "
+            raise invalid(f"audio has {len(pcm)} bytes, an odd number: pcm16 samples are 2 "
                            "bytes each", "audio", "invalid_audio")  # fmt: skip
         if not pcm:
             return
@@ -791,7 +592,7 @@ class Connection:
 
     @staticmethod
     def _stamp(event: dict) -> dict:
-        return {"event_id": _id("event"), **event}
+        return {"event_id": new_id("event"), **event}
 
     def _post(self, event: dict) -> None:
         if self.aborted is not None:
