@@ -422,7 +422,7 @@ def _download(args: argparse.Namespace) -> int:
 
 def _transcribe(args: argparse.Namespace) -> int:
     if args.ray:
-        from .server.cluster import transcribe_on_ray
+        from .cli_cluster import transcribe_on_ray
 
         return transcribe_on_ray(args)
     from tqdm import tqdm
@@ -431,7 +431,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     from .errors import EngineError
     from .library.rescue import rescue_note
     from .models.store import ModelNotInstalledError
-    from .service.files import transcribe_media
+    from .service.files import plan_outputs, transcribe_media
     from .service.models import ModelCache
     from .transcript.export import FORMATS, ExportExistsError, export
     from .whisper.decoding import DecodingError
@@ -493,23 +493,11 @@ def _transcribe(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     failed = 0
-    claimed: dict[Path, Path] = {}  # output file -> the input that writes it in this run
-    for path in args.files:
-        out_dir = args.output_dir or path.parent
-        targets = [out_dir / f"{path.stem}.{fmt}" for fmt in formats]
-        clash = next((t for t in targets if t.resolve() in claimed), None)
-        if clash is not None:
-            _err(
-                f"{path}: skipped, its {clash.name} would replace the transcript of "
-                f"{claimed[clash.resolve()]} from this run; give the files different names "
-                "or transcribe them into different --output-dir folders"
-            )
-            failed += 1
-            continue
-        claimed.update({t.resolve(): path for t in targets})
-        existing = [t for t in targets if t.exists()]
-        if existing and not args.overwrite:
-            _err(f"{path}: skipped, {existing[0]} already exists (pass --overwrite to replace it)")
+    for path, targets, skipped in plan_outputs(
+        args.files, args.output_dir, formats, args.overwrite
+    ):
+        if skipped is not None:
+            _err(skipped)
             failed += 1
             continue
         cancel = threading.Event()
@@ -549,7 +537,7 @@ def _transcribe(args: argparse.Namespace) -> int:
             failed += 1
             continue
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            targets[0].parent.mkdir(parents=True, exist_ok=True)
             for fmt, target in zip(formats, targets, strict=True):
                 export(
                     transcript, target, fmt, overwrite=args.overwrite, timestamps=args.timestamps

@@ -83,8 +83,13 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     logging.getLogger("deskscribe").setLevel(logging.INFO)
     if args.ray:
-        from .server.cluster import serve_on_ray
+        from .errors import ExtraMissing
 
+        try:
+            from .server.cluster import serve_on_ray
+        except ExtraMissing as e:
+            print(f"deskscribe: {e}", file=sys.stderr)
+            return 2
         return serve_on_ray(config, args.ray, args.replicas, args.drain_seconds)
     state = ServerState(config)
     app = create_app(state=state)

@@ -23,6 +23,13 @@ class DeskScribeError(Exception):
     """An error DeskScribe raises on purpose; ``str()`` is a message fit for the user."""
 
 
+class ExtraMissing(DeskScribeError):
+    """An optional part is not installed; the message says what to install."""
+
+    def __init__(self, extra: str, needed_by: str) -> None:
+        super().__init__(f'{needed_by} needs the {extra} extra: pip install "deskscribe[{extra}]"')
+
+
 class Cancelled(DeskScribeError):
     """Long work stopped because the user (or the caller) asked; not a failure."""
 

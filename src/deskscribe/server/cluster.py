@@ -36,15 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import Cancelled, ExtraMissing
+
 try:
     import ray
     from ray import serve
-except ImportError:  # a clear word instead of a traceback: the extra is not installed
-    print('deskscribe: --ray needs the cluster extra: pip install "deskscribe[cluster]"',
-          file=sys.stderr)  # fmt: skip
-    raise SystemExit(2) from None
+except ImportError as e:  # the front end says what to install
+    raise ExtraMissing("cluster", "--ray") from e
 
-from ..errors import Cancelled
 from ..service.cluster import ClusterError, connect, forwarded_env
 from . import requests as server_requests
 from .config import ServerConfig
@@ -373,124 +372,3 @@ def serve_on_ray(config: ServerConfig, address: str, replicas: str, drain_second
         serve.shutdown()
     ray.shutdown()
     return 0
-
-
-# ---------------------------------------------------------------------------------- transcribe
-
-# `deskscribe transcribe` options a file job does not carry (they are the CLI's own tuning).
-LOCAL_ONLY = (
-    ("task", "transcribe", "--task"),
-    ("beam_size", 5, "--beam-size"),
-    ("word_timestamps", False, "--word-timestamps"),
-    ("initial_prompt", None, "--initial-prompt"),
-    ("condition_on_previous_text", False, "--condition-on-previous-text"),
-    ("batch_size", 0, "--batch-size"),
-    ("speaker_model", None, "--speaker-model"),
-)
-
-
-def transcribe_on_ray(args) -> int:
-    """``deskscribe transcribe --ray ADDRESS FILES...``: the files run as file jobs (those of
-    the app's queue) spread over the cluster, a progress bar each; a file that fails says why
-    and the others go on; outputs are written here, as without --ray. Exit codes as there."""
-    from tqdm import tqdm
-
-    from ..library.rescue import rescue_note
-    from ..service.cluster import run_on_cluster
-    from ..service.jobs import FileJob
-    from ..transcript.export import FORMATS, ExportExistsError, export
-
-    def err(message: str) -> None:
-        tqdm.write(f"deskscribe: {message}", file=sys.stderr)
-
-    formats = list(dict.fromkeys(f.strip().lower() for f in args.format.split(",") if f.strip()))
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        err(f"unknown format {', '.join(unknown)}; use any of: {','.join(FORMATS)}")
-        return 2
-    for attr, default, flag in LOCAL_ONLY:
-        if getattr(args, attr, default) != default:
-            err(f"{flag} is not available with --ray: the cluster runs the app's file jobs "
-                "(--model, --language(s), --speakers, --channels, --batched, --vocabulary); "
-                "leave it out or transcribe without --ray")  # fmt: skip
-            return 2
-    if args.channels == "split" and args.speakers is not None:
-        err("--channels split labels speakers by channel; leave out --speakers")
-        return 2
-    speakers = "channels" if args.channels == "split" else (args.speakers or "off")
-    languages = tuple(c.strip() for c in (args.languages or "").split(",") if c.strip())
-    failed = 0
-    claimed: dict[Path, Path] = {}
-    work: list[tuple[FileJob, list[Path]]] = []
-    for path in args.files:  # the same refusals, in the same words, as without --ray
-        out_dir = args.output_dir or path.parent
-        targets = [out_dir / f"{path.stem}.{fmt}" for fmt in formats]
-        clash = next((t for t in targets if t.resolve() in claimed), None)
-        if clash is not None:
-            err(f"{path}: skipped, its {clash.name} would replace the transcript of "
-                f"{claimed[clash.resolve()]} from this run; give the files different names "
-                "or transcribe them into different --output-dir folders")  # fmt: skip
-            failed += 1
-            continue
-        claimed.update({t.resolve(): path for t in targets})
-        existing = [t for t in targets if t.exists()]
-        if existing and not args.overwrite:
-            err(f"{path}: skipped, {existing[0]} already exists (pass --overwrite to replace it)")
-            failed += 1
-            continue
-        job = FileJob(source=path, model=args.model, device=args.device, language=args.language,
-                      languages=languages, speakers=speakers, batched=args.batched,
-                      vocabulary=args.vocabulary)  # fmt: skip
-        work.append((job, targets))
-    if not work:
-        return 1 if failed else 0
-    bars = [
-        tqdm(total=1.0, desc=job.source.name, unit="s", disable=args.quiet, leave=True,
-             position=i, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]")
-        for i, (job, _targets) in enumerate(work)
-    ]  # fmt: skip
-
-    def progress(index: int, done: float, total: float, stage: str = "") -> None:
-        bar = bars[index]
-        if stage == "speakers":
-            bar.set_postfix_str("speakers")
-            return
-        if total > 0 and bar.total != total:
-            bar.total = total
-        bar.update(done - bar.n)
-
-    def finished(index: int, result) -> None:
-        nonlocal failed
-        job, targets = work[index]
-        path, bar = job.source, bars[index]
-        if result.status == "done" and result.duration:
-            bar.total = result.duration
-            bar.update(result.duration - bar.n)
-        bar.close()
-        for note in result.notes:
-            err(note)
-        if result.status != "done" or result.transcript is None:
-            message = result.error or result.status
-            err(f"{path}: {message}" if str(path) not in message else message)
-            failed += 1
-            return
-        try:
-            targets[0].parent.mkdir(parents=True, exist_ok=True)
-            for fmt, target in zip(formats, targets, strict=True):
-                export(result.transcript, target, fmt, overwrite=args.overwrite,
-                       timestamps=args.timestamps)  # fmt: skip
-                if not args.quiet:
-                    tqdm.write(str(target), file=sys.stderr)
-        except (ExportExistsError, OSError, ValueError) as e:  # keep the work, say where
-            err(f"{path}: " + rescue_note(result.transcript, path, f"the export failed ({e})"))
-            failed += 1
-
-    try:
-        run_on_cluster(args.ray, [job for job, _ in work], progress=progress, on_result=finished,
-                       threads=args.threads or None)  # fmt: skip
-    except ClusterError as e:
-        for bar in bars:
-            bar.close()
-        err(str(e))
-        return 2
-    return 1 if failed else 0

@@ -19,18 +19,17 @@ import dataclasses
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import ExtraMissing
+
 try:
     import ray
-except ImportError:  # a clear word instead of a traceback: the extra is not installed
-    print('deskscribe: --ray needs the cluster extra: pip install "deskscribe[cluster]"',
-          file=sys.stderr)  # fmt: skip
-    raise SystemExit(2) from None
+except ImportError as e:  # the front end says what to install
+    raise ExtraMissing("cluster", "--ray") from e
 
 from .jobs import FileJob, FileJobResult
 

@@ -119,6 +119,34 @@ def local_runner(
     return run
 
 
+def plan_outputs(
+    files: list[Path], output_dir: Path | None, formats: list[str], overwrite: bool
+) -> list[tuple[Path, list[Path], str | None]]:
+    """(file, the exports it will write, why it is skipped or None) for a batch of files:
+    ``deskscribe transcribe`` (here or ``--ray``) never lets two inputs of one run write the
+    same export, and never replaces an existing export unless ``overwrite``."""
+    planned = []
+    claimed: dict[Path, Path] = {}  # output file -> the input that writes it in this run
+    for path in files:
+        out_dir = output_dir or path.parent
+        targets = [out_dir / f"{path.stem}.{fmt}" for fmt in formats]
+        clash = next((t for t in targets if t.resolve() in claimed), None)
+        existing = [t for t in targets if t.exists()]
+        if clash is not None:
+            why = (
+                f"{path}: skipped, its {clash.name} would replace the transcript of "
+                f"{claimed[clash.resolve()]} from this run; give the files different names "
+                "or transcribe them into different --output-dir folders"
+            )
+        elif existing and not overwrite:
+            why = f"{path}: skipped, {existing[0]} already exists (pass --overwrite to replace it)"
+        else:
+            why = None
+            claimed.update({t.resolve(): path for t in targets})
+        planned.append((path, targets, why))
+    return planned
+
+
 def transcribe_options(job: FileJob) -> TranscribeOptions:
     return TranscribeOptions(
         language=job.language or None,
