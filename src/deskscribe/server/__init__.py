@@ -12,7 +12,7 @@ imported unless ``deskscribe serve`` runs.
 - ``formats``: a transcript as each of OpenAI's response formats.
 - ``app``: the FastAPI app and its REST routes.
 - ``realtime_protocol`` / ``realtime``: the Realtime transcription WebSocket.
-- ``jobs``: the job API for long files (persisted in SQLite).
+- ``jobs`` / ``job_store``: the job API for long files (persisted in SQLite).
 - ``metrics``: the Prometheus figures.
 - ``cluster``: the same app on Ray Serve (``--ray``; the ``cluster`` extra).
 """

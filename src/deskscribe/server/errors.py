@@ -12,6 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..errors import DeskScribeError
+
 log = logging.getLogger(__name__)
 
 TYPES = {
@@ -29,7 +31,7 @@ TYPES = {
 }
 
 
-class ApiError(Exception):
+class ApiError(DeskScribeError):
     def __init__(
         self,
         status: int,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import DeskScribeError
 from ..models.store import ModelNotInstalledError, list_models, resolve_model
 from ..service.models import ModelCache
 from .config import ServerConfig
@@ -27,7 +28,7 @@ OPENAI_NAMES = frozenset(
 )
 
 
-class QueueFull(Exception):
+class QueueFull(DeskScribeError):
     def __init__(self, retry_after: int) -> None:
         super().__init__("queue full")
         self.retry_after = retry_after
@@ -160,7 +161,9 @@ class ServerState:
 
         def janitor() -> None:
             while not self._stop.wait(min(30.0, max(1.0, (self.config.idle_ttl or 30) / 4))):
-                if self.config.idle_ttl:
+                # Only while nothing runs: a model a long transcription or a realtime session
+                # still uses would be loaded a second time by the next request.
+                if self.config.idle_ttl and not (self.work.running or self.sessions):
                     released = self.models.release_idle()
                     if released:
                         log.info("released %d idle model(s)", released)

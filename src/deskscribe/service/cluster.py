@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ExtraMissing
+from ..errors import DeskScribeError, ExtraMissing
 
 try:
     import ray
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 REPORT_EVERY = 0.5  # seconds between a task's progress reports: enough for a bar, cheap for Ray
 
 
-class ClusterError(Exception):
+class ClusterError(DeskScribeError):
     """The cluster cannot be used; the message says what to do."""
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import httpx2 as httpx
 
 from .. import __version__
-from ..errors import DeskScribeError
+from ..errors import Cancelled, DeskScribeError
 from ..transcript import Transcript
 from .jobs import FileJob, FileJobResult
 
@@ -96,7 +96,7 @@ class ServerRefused(RemoteError):
         self.status, self.code, self.retry_after = status, code, retry_after
 
 
-class _UploadStopped(Exception):
+class _UploadStopped(Cancelled):
     """Raised inside the upload's body when the user cancels, to abort the request."""
 
 
