@@ -15,6 +15,7 @@ the warm-up (the first 10 %, at least 2 minutes) to the end, the target being at
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import os
 import shutil
@@ -100,20 +101,10 @@ def main() -> int:
 
         from deskscribe.audio.decode import decode_audio
 
-        clips = [(soxr.resample(decode_audio(f), 16000, 24000) * 32767).astype("<i2")
-                 for f in files]  # fmt: skip
-        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0)
+        clips = [(np.clip(soxr.resample(decode_audio(f), 16000, 24000), -1, 1) * 32767)
+                 .astype("<i2") for f in files]  # fmt: skip
         try:
-            with client.realtime.connect(model="whisper-1", extra_query={"intent": "transcription"},
-                                         websocket_base_url=server.ws_url) as conn:  # fmt: skip
-                feeder = threading.Thread(target=_feed, args=(conn, clips, stop), daemon=True)
-                feeder.start()
-                for event in conn:
-                    if event.type == "conversation.item.input_audio_transcription.completed":
-                        with lock:
-                            counts["realtime_items"] += 1
-                    if stop.is_set():
-                        break
+            asyncio.run(_realtime(server, clips, stop, lock, counts))
         except Exception as e:
             with lock:
                 failures.append(f"realtime: {type(e).__name__}: {e}")
@@ -158,20 +149,48 @@ def main() -> int:
     return 1 if failures else 0
 
 
-def _feed(conn, clips, stop: threading.Event) -> None:
-    """Stream the clips at real time, 100 ms at a time, with 1 s of silence between them."""
-    step = 2400  # 100 ms at 24 kHz
-    silence = np.zeros(24000, dtype="<i2")
-    i = 0
-    while not stop.is_set():
-        pcm = np.concatenate([clips[i % len(clips)], silence])
-        for a in range(0, pcm.shape[0], step):
-            if stop.is_set():
-                return
-            chunk = base64.b64encode(pcm[a : a + step].tobytes()).decode("ascii")
-            conn.send({"type": "input_audio_buffer.append", "audio": chunk})
-            time.sleep(0.1)
-        i += 1
+async def _realtime(server, clips, stop: threading.Event, lock, counts: dict) -> None:
+    """One Realtime session for the whole run: the clips streamed at real time, 100 ms at a
+    time with 1 s of silence between them; completed items counted."""
+    import openai
+
+    client = openai.AsyncOpenAI(api_key="-", base_url=server.base_url,
+                                websocket_base_url=server.ws_url)  # fmt: skip
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        await conn.recv()  # session.created
+        await conn.session.update(session={
+            "type": "transcription",
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
+                                "transcription": {"model": "whisper-1", "language": "en"},
+                                "turn_detection": {"type": "server_vad"}}},
+        })  # fmt: skip
+
+        async def feed() -> None:
+            step, silence, i = 2400, np.zeros(24000, dtype="<i2"), 0
+            while not stop.is_set():
+                pcm = np.concatenate([clips[i % len(clips)], silence])
+                for a in range(0, pcm.shape[0], step):
+                    if stop.is_set():
+                        return
+                    chunk = base64.b64encode(pcm[a : a + step].tobytes()).decode("ascii")
+                    await conn.input_audio_buffer.append(audio=chunk)
+                    await asyncio.sleep(0.1)
+                i += 1
+
+        feeder = asyncio.create_task(feed())
+        try:
+            while not stop.is_set():
+                try:
+                    event = await asyncio.wait_for(conn.recv(), 5)
+                except TimeoutError:
+                    continue
+                if event.type == "error":
+                    raise RuntimeError(f"error event: {event.error.message}")
+                if event.type.endswith("input_audio_transcription.completed"):
+                    with lock:
+                        counts["realtime_items"] += 1
+        finally:
+            feeder.cancel()
 
 
 if __name__ == "__main__":
