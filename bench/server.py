@@ -1,7 +1,7 @@
 """The team server under load: the official openai client at 1, 4 and 8 concurrent streams.
 
     python bench/server.py [--model tiny.en] [--variant int8] [--levels 1,4,8] [--workers 2]
-                           [--long-minutes 12] [--ray]
+                           [--shared-batch 16,0] [--long-minutes 12] [--ray]
 
 Starts a real ``deskscribe serve`` (loopback, its own model store) and sends it the real
 recordings of ``../shared/eval`` (eleven AMI meeting clips, the phone call, jfk.flac) with
@@ -12,7 +12,9 @@ files through ``deskscribe transcribe`` (one process, one after the other) give 
 baseline, so the server's overhead is a ratio measured side by side. Then one long file (the
 clips concatenated to ``--long-minutes``) through the server, and with ``--ray`` the same
 levels through a two-replica local Ray cluster (``deskscribe serve --ray``; needs the
-``cluster`` extra).
+``cluster`` extra). ``--shared-batch`` runs the levels once per setting of the server's
+``--shared-batch`` (windows per batch that concurrent requests share; 0: not shared; with
+``--shared-batch-cpu``, since on the CPU they are not shared by default), side by side, and prints how many decode calls ran in another request's batch.
 """
 
 from __future__ import annotations
@@ -86,6 +88,17 @@ def level(client, files: list[Path], concurrency: int) -> dict:
             "p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95))}  # fmt: skip
 
 
+def merged_calls(url: str) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics") as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith("deskscribe_shared_batch_merged_calls "):
+            return int(float(line.split()[1]))
+    return 0
+
+
 def cli_baseline(store: Path, files: list[Path], out: Path) -> float:
     """``deskscribe transcribe`` on the same files (one process; model load included)."""
     env = {**os.environ, "DESKSCRIBE_MODELS_DIR": str(store)}
@@ -112,6 +125,7 @@ def main() -> int:
     ap.add_argument("--variant", default="int8")
     ap.add_argument("--levels", default="1,4,8")
     ap.add_argument("--workers", type=int, default=2, help="the server's --workers")
+    ap.add_argument("--shared-batch", default="16,0", help="the server's --shared-batch values")
     ap.add_argument("--long-minutes", type=float, default=12.0)
     ap.add_argument("--ray", action="store_true", help="also through a 2-replica Ray cluster")
     ap.add_argument("--ray-only", action="store_true", help="only the Ray levels (and baseline)")
@@ -132,17 +146,22 @@ def main() -> int:
         print(f"deskscribe transcribe (one process, sequential): {base:.1f} s, "
               f"{audio / base:.1f} audio s / s")  # fmt: skip
         rows: list[dict] = []
-        if not args.ray_only:
-            server = serve(store, root / "data", "--model", name, "--workers", str(args.workers),
-                           "--max-queue", "64", "--max-upload-mb", "200")  # fmt: skip
+        for n, shared in enumerate([] if args.ray_only else args.shared_batch.split(",")):
+            server = serve(store, root / f"data-{n}", "--model", name, "--workers",
+                           str(args.workers), "--max-queue", "64", "--max-upload-mb", "200",
+                           "--shared-batch", shared, "--shared-batch-cpu")  # fmt: skip
             try:
                 client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0,
                                        timeout=3600)  # fmt: skip
                 level(client, files[:1], 1)  # warm-up: the model loads
-                rows = [level(client, files, int(c)) for c in args.levels.split(",")]
-                table(rows, "through deskscribe serve (openai client)")
+                levels = [level(client, files, int(c)) for c in args.levels.split(",")]
+                table(levels, f"through deskscribe serve --shared-batch {shared} (openai client)")
+                print(f"decode calls in another request's batch: {merged_calls(server.url)}")
                 print(f"overhead at 1 stream against deskscribe transcribe: "
-                      f"{rows[0]['wall'] / base:.2f}x its time (model load included in the CLI's)")  # fmt: skip
+                      f"{levels[0]['wall'] / base:.2f}x its time (model load included in the CLI's)")  # fmt: skip
+                rows += [{**r, "shared_batch": int(shared)} for r in levels]
+                if n:
+                    continue
                 big = long_file(files, args.long_minutes, root / "long.wav")
                 t0 = time.perf_counter()
                 with open(big, "rb") as fh:

@@ -62,8 +62,10 @@ def main() -> int:
           + (" + one realtime session" if args.realtime else ""))  # fmt: skip
     root = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     store = make_store(root, {name: folder})
+    # Batches shared between the streams' requests (on the CPU only when asked): the code
+    # path a GPU server runs, soaked here too.
     server = serve(store, root / "data", "--model", name, "--workers", str(args.streams),
-                   "--max-queue", "64")  # fmt: skip
+                   "--max-queue", "64", "--shared-batch-cpu")  # fmt: skip
     stop = threading.Event()
     lock = threading.Lock()
     latencies: list[float] = []

@@ -36,7 +36,10 @@ def served(tmp_path_factory, tiny_fp32, base_fp32, speaker_model):
     root = tmp_path_factory.mktemp("server")
     store = make_store(root, {"tiny.en-fp32": tiny_fp32, "base-fp32": base_fp32,
                               "speaker-resemblyzer": speaker_model})  # fmt: skip
-    server = serve(store, root / "data", "--model", "tiny.en-fp32", "--workers", "2")
+    # Batches shared between requests on the CPU too: every answer below must still be its
+    # own request's (tests/test_shared_batches.py forces the merges themselves).
+    server = serve(store, root / "data", "--model", "tiny.en-fp32", "--workers", "2",
+                   "--shared-batch-cpu")  # fmt: skip
     yield server
     server.stop()
 
@@ -200,6 +203,7 @@ def test_models_health_and_metrics(client, served) -> None:
     assert re.search(r"deskscribe_model_loads [1-9]", metrics)
     assert re.search(r"deskscribe_memory_rss_bytes [1-9]", metrics)
     assert "deskscribe_queue_depth 0.0" in metrics
+    assert re.search(r"deskscribe_shared_batches [1-9]", metrics), "no batch went through sharing"
 
 
 def test_keys_limits_and_a_full_queue(tmp_path, tiny_fp32) -> None:

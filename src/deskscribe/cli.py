@@ -425,9 +425,9 @@ def _transcribe(args: argparse.Namespace) -> int:
         from .cli_cluster import transcribe_on_ray
 
         return transcribe_on_ray(args)
-    from tqdm import tqdm
 
     from .audio.decode import MediaError
+    from .cli_progress import bar_progress, file_bar
     from .errors import EngineError
     from .library.rescue import rescue_note
     from .models.store import ModelNotInstalledError
@@ -503,23 +503,8 @@ def _transcribe(args: argparse.Namespace) -> int:
         cancel = threading.Event()
         notes: list[str] = []
         try:
-            with tqdm(
-                total=1.0,
-                desc=path.name,
-                unit="s",
-                disable=args.quiet,
-                leave=True,
-                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]",
-            ) as bar:
-
-                def progress(done: float, total: float, stage: str = "", bar=bar) -> None:
-                    if stage == "speakers":
-                        bar.set_postfix_str("speakers")
-                        return
-                    if total > 0 and bar.total != total:
-                        bar.total = total
-                    bar.update(done - bar.n)
-
+            with file_bar(path.name, args.quiet) as bar:
+                progress = bar_progress(bar)
                 transcript = transcribe_media(
                     model, path, options,
                     speakers="channels" if args.channels == "split" else speakers or "off",

@@ -26,6 +26,7 @@ def transcribe_on_ray(args) -> int:
     and the others go on; outputs are written here, as without --ray. Exit codes as there."""
     from tqdm import tqdm
 
+    from .cli_progress import bar_progress, file_bar
     from .errors import ExtraMissing
     from .library.rescue import rescue_note
 
@@ -72,20 +73,11 @@ def transcribe_on_ray(args) -> int:
         work.append((job, targets))
     if not work:
         return 1 if failed else 0
-    bars = [
-        tqdm(total=1.0, desc=job.source.name, unit="s", disable=args.quiet, leave=True,
-             position=i, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]")
-        for i, (job, _targets) in enumerate(work)
-    ]  # fmt: skip
+    bars = [file_bar(job.source.name, args.quiet, i) for i, (job, _t) in enumerate(work)]
+    moves = [bar_progress(bar) for bar in bars]
 
     def progress(index: int, done: float, total: float, stage: str = "") -> None:
-        bar = bars[index]
-        if stage == "speakers":
-            bar.set_postfix_str("speakers")
-            return
-        if total > 0 and bar.total != total:
-            bar.total = total
-        bar.update(done - bar.n)
+        moves[index](done, total, stage)
 
     def finished(index: int, result) -> None:
         nonlocal failed

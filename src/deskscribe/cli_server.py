@@ -34,6 +34,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-audio-minutes", type=float, default=240.0)
     s.add_argument("--max-queue", type=int, default=16, help="requests that may wait (then 429)")
     s.add_argument("--workers", type=int, default=1, help="transcriptions at once")
+    s.add_argument("--shared-batch", type=int, default=16, metavar="ROWS",
+                   help="30 s windows per batch that concurrent transcriptions share "
+                   "(0: each decodes its own)")  # fmt: skip
+    s.add_argument("--shared-batch-cpu", action="store_true",
+                   help="share batches on the CPU too (by default only on a GPU)")  # fmt: skip
     s.add_argument("--max-sessions", type=int, default=8, help="realtime sessions at once")
     s.add_argument("--idle-ttl", type=float, default=600.0,
                    help="release a model unused this many seconds (0: keep)")  # fmt: skip
@@ -74,6 +79,7 @@ def serve(args: argparse.Namespace) -> int:
             key_hashes=read_key_file(args.api_key_file) if args.api_key_file else frozenset(),
             max_upload_mb=args.max_upload_mb, max_audio_seconds=args.max_audio_minutes * 60,
             max_queue=args.max_queue, workers=args.workers, max_sessions=args.max_sessions,
+            shared_batch_rows=args.shared_batch, shared_batch_on_cpu=args.shared_batch_cpu,
             idle_ttl=args.idle_ttl, preload=args.preload, cors_origins=tuple(args.cors),
             data_dir=args.data_dir,
         )  # fmt: skip

@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import shutil
-import tempfile
+import os
 import threading
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from . import errors as api_errors
 from .config import ServerConfig, bearer, key_matches
 from .errors import ApiError
 from .formats import MEDIA_TYPES, body, text_of
-from .requests import Fields, Outcome, parse_fields, run
+from .requests import Fields, Outcome, check_media, parse_fields, run
 from .state import QueueFull, ServerState
 from .uploads import upload
 
@@ -168,10 +167,12 @@ def create_app(config: ServerConfig | None = None, state: ServerState | None = N
         async with upload(request, state) as (form, path):
             f = parse_fields(form, task)
             f.filename = getattr(form.get("file"), "filename", None) or "file"
-            await asyncio.to_thread(state.model_folder, f.model)  # 404 before any work
+            # 404 and 400/413 before the request waits for a worker; run() does not repeat them.
+            resolved = await asyncio.to_thread(state.model_folder, f.model)
+            await asyncio.to_thread(check_media, path, f.filename, state.config.max_audio_seconds)
             if f.stream:
-                return _stream(state, path, f)
-            outcome = await _submit(state, path, f)
+                return _stream(state, path, f, resolved)
+            outcome = await _submit(state, path, f, resolved=resolved)
         return _respond(outcome, f)
 
     from . import jobs, realtime
@@ -190,10 +191,15 @@ def _created(built_at: str) -> int:
         return 0
 
 
-async def _submit(state: ServerState, path: Path, f: Fields, on_segment=None) -> Outcome:
+async def _submit(
+    state: ServerState, path: Path, f: Fields, on_segment=None, resolved=None
+) -> Outcome:
     cancel = threading.Event()
     try:
-        outcome = await state.work.run(run, state, path, f, cancel=cancel, on_segment=on_segment)
+        outcome = await state.work.run(
+            run, state, path, f, cancel=cancel, on_segment=on_segment, resolved=resolved,
+            checked=resolved is not None,
+        )  # fmt: skip
     except QueueFull as full:
         raise ApiError(
             429,
@@ -226,14 +232,15 @@ def _respond(outcome: Outcome, f: Fields):
     return PlainTextResponse(out, media_type=MEDIA_TYPES.get(f.response_format, "text/plain"))
 
 
-def _stream(state: ServerState, path: Path, f: Fields) -> StreamingResponse:
+def _stream(state: ServerState, path: Path, f: Fields, resolved) -> StreamingResponse:
     """SSE: a ``transcript.text.delta`` per segment as it is decoded, then
-    ``transcript.text.done`` and ``[DONE]``. The upload is copied, since the request's own
-    copy is deleted when the handler returns."""
+    ``transcript.text.done`` and ``[DONE]``. The response outlives the handler, whose upload
+    is deleted when it returns: the stored file is handed over (renamed, in the same folder)
+    and deleted when the stream ends."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    keep = Path(tempfile.mkdtemp(dir=path.parent)) / path.name
-    shutil.copyfile(path, keep)
+    keep = path.with_name("stream-" + path.name)
+    os.replace(path, keep)
     first = {"value": True}
 
     def on_segment(seg) -> None:
@@ -246,12 +253,13 @@ def _stream(state: ServerState, path: Path, f: Fields) -> StreamingResponse:
 
     async def produce():
         try:
-            outcome = await _submit(state, keep, f, on_segment)
+            outcome = await _submit(state, keep, f, on_segment, resolved)
             await queue.put(("done", outcome, None))
         except ApiError as e:
             await queue.put(("error", e, None))
         finally:
-            shutil.rmtree(keep.parent, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                keep.unlink()
 
     async def events():
         task = asyncio.create_task(produce())

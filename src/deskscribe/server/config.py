@@ -36,6 +36,9 @@ class ServerConfig:
     max_audio_seconds: float = 4 * 3600.0
     max_queue: int = 16  # requests waiting for a worker; more get 429
     workers: int = 1  # transcriptions at once
+    # Windows per batch that the chunks of concurrent transcriptions share (0: not shared).
+    shared_batch_rows: int = 16
+    shared_batch_on_cpu: bool = False  # a GPU's batches only, unless asked (shared_batches.py)
     max_sessions: int = 8  # realtime sessions at once
     idle_ttl: float = 600.0  # a model unused this long is released (0: never)
     preload: bool = False
@@ -57,6 +60,8 @@ class ServerConfig:
             )
         if self.workers < 1 or self.max_queue < 0 or self.max_upload_mb <= 0:
             raise ServerConfigError("--workers must be >= 1, --max-queue >= 0, --max-upload-mb > 0")
+        if self.shared_batch_rows < 0:
+            raise ServerConfigError("--shared-batch must be >= 0 (0: batches not shared)")
 
     def folder(self) -> Path:
         if self.data_dir is None:

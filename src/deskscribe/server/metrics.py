@@ -51,12 +51,20 @@ class Metrics:
         self.jobs = Gauge(p + "jobs", "jobs by status", ["status"], registry=r)
         self.model_loads = Gauge(p + "model_loads", "models loaded since start", registry=r)
         self.models_loaded = Gauge(p + "models_loaded", "models in memory now", registry=r)
+        self.shared_merged = Gauge(p + "shared_batch_merged_calls",
+                                   "decode calls that ran in another request's batch", registry=r)  # fmt: skip
+        self.shared_batches = Gauge(p + "shared_batches", "batches decoded (shared or not)",
+                                    registry=r)  # fmt: skip
         self.memory = Gauge(p + "memory_rss_bytes", "resident memory of the server", registry=r)
         self.memory.set_function(rss_bytes)
 
     def watch_models(self, cache) -> None:
         self.model_loads.set_function(lambda: cache.loads)
         self.models_loaded.set_function(lambda: len(cache.loaded()))
+
+    def watch_batches(self, shared) -> None:
+        self.shared_merged.set_function(lambda: shared.merged_calls)
+        self.shared_batches.set_function(lambda: shared.batches)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -202,6 +202,25 @@ def too_long(seconds: float, max_seconds: float, what: str = "request") -> ApiEr
     )
 
 
+def _transcribe(state, model, path, f: Fields, options, cancel, on_segment, progress):
+    from ..service.files import transcribe_media
+    from ..whisper.transcribe import transcribe_file
+
+    if f.response_format == "diarized_json":
+        encoder = state.models.speaker_encoder(state.config.device, quiet=False)
+        transcript = transcribe_media(
+            model, path, options, speakers=f.speakers or "auto", encoder=encoder,
+            progress=progress, cancel=cancel,
+        )  # fmt: skip
+        if on_segment is not None:
+            for seg in transcript.segments:
+                on_segment(seg)
+        return transcript
+    return transcribe_file(
+        model, path, options, progress=progress, cancel=cancel, on_segment=on_segment
+    )
+
+
 @dataclass
 class Outcome:
     transcript: Transcript
@@ -217,32 +236,24 @@ def run(
     cancel: threading.Event | None = None,
     on_segment: Callable[[Segment], None] | None = None,
     progress=None,
+    resolved: tuple[str, Path] | None = None,
+    checked: bool = False,
 ) -> Outcome:
     """Transcribe the stored upload ``path`` (on a worker thread). Raises ``ApiError`` with a
-    message that says what is wrong, or ``Cancelled``."""
-    from ..service.files import transcribe_media
-    from ..whisper.transcribe import transcribe_file
-
+    message that says what is wrong, or ``Cancelled``. ``resolved`` (the model's name and
+    folder) and ``checked`` (the media was checked) spare a request the model lookup and the
+    probe its handler already did."""
     t0 = time.monotonic()
     config = state.config
-    check_media(path, f.filename, config.max_audio_seconds)
-    name, folder = state.model_folder(f.model)
+    if not checked:
+        check_media(path, f.filename, config.max_audio_seconds)
+    name, folder = resolved or state.model_folder(f.model)
     try:
         model = state.models.model(str(folder), config.device)
         options = transcribe_options(f)
-        if f.response_format == "diarized_json":
-            encoder = state.models.speaker_encoder(config.device, quiet=False)
-            transcript = transcribe_media(
-                model, path, options, speakers=f.speakers or "auto", encoder=encoder,
-                progress=progress, cancel=cancel,
-            )  # fmt: skip
-            if on_segment is not None:
-                for seg in transcript.segments:
-                    on_segment(seg)
-        else:
-            transcript = transcribe_file(
-                model, path, options, progress=progress, cancel=cancel, on_segment=on_segment
-            )
+        # Chunks of requests running at the same time are decoded in shared batches.
+        with state.shared_member() as options.shared:
+            transcript = _transcribe(state, model, path, f, options, cancel, on_segment, progress)
     except Cancelled:
         raise
     except MediaError as e:

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import DeskScribeError
 from ..models.store import ModelNotInstalledError, list_models, resolve_model
 from ..service.models import ModelCache
+from ..whisper.shared_batches import SharedBatches
 from .config import ServerConfig
 from .errors import ApiError
 from .metrics import Metrics
@@ -107,6 +108,13 @@ class ServerState:
         )
         self.metrics.watch_models(self.models)
         self.work = WorkPool(config.workers, config.max_queue, self.metrics)
+        # Concurrent requests' chunks decoded in shared batches (whisper/shared_batches.py).
+        self.batches: SharedBatches | None = None
+        if config.shared_batch_rows > 0:
+            self.batches = SharedBatches(
+                config.shared_batch_rows, on_cpu=config.shared_batch_on_cpu
+            )
+            self.metrics.watch_batches(self.batches)
         self.draining = False
         self.inflight = 0
         self.sessions = 0
@@ -116,6 +124,11 @@ class ServerState:
         # Parts with threads of their own (the job dispatcher): start() after the state's,
         # stop() before the work pool shuts down.
         self.services: list = []
+
+    def shared_member(self):
+        """A transcription's handle on the shared batches (a context manager; ``None`` in it
+        when batches are not shared)."""
+        return self.batches.member() if self.batches is not None else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ models
 

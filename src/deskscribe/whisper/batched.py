@@ -83,7 +83,29 @@ def decode_chunks(
     prompt: list[int],
     cancel: threading.Event | None = None,
 ) -> list[DecodingResult]:
-    """Decode a batch; windows that need it are retried together at the next temperature."""
+    """Decode a batch; windows that need it are retried together at the next temperature.
+    With ``options.shared``, the batch may be decoded together with other transcriptions'
+    (``shared_batches``); each caller still gets only its own windows' results."""
+    if options.shared is not None:
+        key = (
+            language,
+            tuple(prompt),
+            repr(decoding_options(options, language, 0.0, prompt, True)),
+            options.temperatures,
+            options.silence_rms,
+            options.compression_ratio_threshold,
+            options.logprob_threshold,
+            options.no_speech_threshold,
+        )
+
+        def alone(m, audio, halt):
+            return _decode_chunks(m, audio, language, options, prompt, halt)
+
+        return options.shared.decode(model, features, key, cancel, alone)
+    return _decode_chunks(model, features, language, options, prompt, cancel)
+
+
+def _decode_chunks(model, features, language, options, prompt, cancel) -> list[DecodingResult]:
     results: list[DecodingResult] = []
     todo = list(range(features.batch))
     for n, temperature in enumerate(options.temperatures):

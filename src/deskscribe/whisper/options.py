@@ -46,6 +46,9 @@ class TranscribeOptions:
     batched: bool = False
     batch_size: int = 0
     vad: VadOptions | None = None  # None: batched.default_vad_options()
+    # A ``shared_batches.Member``: the batched path's decode calls may be merged with those of
+    # other transcriptions running at the same time (the team server). None: never merged.
+    shared: object | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
