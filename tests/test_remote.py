@@ -232,6 +232,33 @@ def test_the_runner_never_raises(tmp_path):
     assert quitting.status == "running"
 
 
+def test_a_file_over_the_servers_limit_is_refused_before_it_is_sent(tmp_path, tiny_fp32):
+    """The server tells its limits in /health: a file over its job limit fails at once with
+    the sizes and what to do (and so is offered to this computer), instead of an upload the
+    server cuts off, which the client would see as a lost connection. The audio API's limit
+    (OpenAI's 25 MB) is not the job API's: long recordings are what jobs are for."""
+    call = EVAL / "two-speakers.wav"  # about 1 MB
+    store = make_store(tmp_path, {"tiny.en-fp32": tiny_fp32})
+    served = serve(store, tmp_path / "data", "--max-upload-mb", "0.25",
+                   "--max-job-upload-mb", "0.5")  # fmt: skip
+    try:
+        limits = httpx.get(served.url + "/health").json()["limits"]
+        assert limits["max_upload_mb"] == 0.25 and limits["max_job_upload_mb"] == 0.5
+        result = remote_runner(served.url, None)(FileJob(call))
+        assert result.status == "failed", result
+        assert "two-speakers.wav is 1 MB" in result.error and "at most 0.5 MB" in result.error
+        assert "Transcribe it on this computer" in result.error
+        small = tmp_path / "jfk-short.flac"
+        write_media(small, load(JFK)[None, : 16000 * 4], rate=16000, codec="flac")
+        r = httpx.post(served.url + "/v1/audio/transcriptions", data={"model": "whisper-1"},
+                       files={"file": ("call.wav", call.read_bytes())})  # fmt: skip
+        assert r.status_code == 413 and "the job API" in r.json()["error"]["message"], r.text
+        done = remote_runner(served.url, None, poll_s=0.2)(FileJob(small, model="tiny.en"))
+        assert done.status == "done", done
+    finally:
+        served.stop()
+
+
 # --------------------------------------------------------------------------- Settings
 
 

@@ -143,6 +143,24 @@ def test_translation_on_base_and_a_clear_refusal_on_english_only(client, speech_
         client.audio.translations.create(file=JFK.open("rb"), model="tiny.en-fp32")
 
 
+def test_languages_limits_detection_to_the_ones_given(client, speech_dir) -> None:
+    """Our extension ``languages`` (the app's Languages setting, sent by its file queue):
+    German speech is German among de/en, and, with German left out, one of those given."""
+    german = espeak(DE, speech_dir / "server-de.wav", voice="de", speed=140)
+
+    def heard(languages: str) -> str:
+        return client.audio.transcriptions.create(
+            file=german.open("rb"), model="base-fp32", response_format="verbose_json",
+            extra_body={"languages": languages},
+        ).language  # fmt: skip
+
+    assert heard("de,en") == "german"
+    assert heard("en,fr") in ("english", "french")
+    with pytest.raises(openai.BadRequestError, match="languages"):
+        client.audio.transcriptions.create(file=german.open("rb"), model="base-fp32",
+                                           language="de", extra_body={"languages": "de,en"})  # fmt: skip
+
+
 def test_errors_are_the_sdks_typed_exceptions_with_our_message(client, served, tmp_path) -> None:
     with pytest.raises(openai.NotFoundError, match=r"not installed.*tiny\.en-fp32") as e:
         client.audio.transcriptions.create(file=JFK.open("rb"), model="large-v9")

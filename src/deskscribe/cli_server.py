@@ -30,7 +30,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="hashes of the allowed keys (make one with --new-key FILE)")  # fmt: skip
     s.add_argument("--new-key", type=Path, metavar="FILE",
                    help="make an API key, add its hash to FILE, print the key once, and exit")  # fmt: skip
-    s.add_argument("--max-upload-mb", type=float, default=25.0)
+    s.add_argument("--max-upload-mb", type=float, default=25.0,
+                   help="per request of the audio API")  # fmt: skip
+    s.add_argument("--max-job-upload-mb", type=float, default=2048.0,
+                   help="per job (POST /v1/jobs: long recordings)")  # fmt: skip
     s.add_argument("--max-audio-minutes", type=float, default=240.0)
     s.add_argument("--max-queue", type=int, default=16, help="requests that may wait (then 429)")
     s.add_argument("--workers", type=int, default=1, help="transcriptions at once")
@@ -77,7 +80,8 @@ def serve(args: argparse.Namespace) -> int:
         config = ServerConfig(
             host=args.host, port=args.port, model=args.model, device=args.compute,
             key_hashes=read_key_file(args.api_key_file) if args.api_key_file else frozenset(),
-            max_upload_mb=args.max_upload_mb, max_audio_seconds=args.max_audio_minutes * 60,
+            max_upload_mb=args.max_upload_mb, max_job_upload_mb=args.max_job_upload_mb,
+            max_audio_seconds=args.max_audio_minutes * 60,
             max_queue=args.max_queue, workers=args.workers, max_sessions=args.max_sessions,
             shared_batch_rows=args.shared_batch, shared_batch_on_cpu=args.shared_batch_cpu,
             idle_ttl=args.idle_ttl, preload=args.preload, cors_origins=tuple(args.cors),

@@ -57,13 +57,14 @@ class Gate:
             )(scope, receive, send)
             return
         length = dict(scope.get("headers") or []).get(b"content-length")
-        limit = state.config.max_upload_bytes + 64 * 1024  # the form's own fields
-        if length is not None and length.isdigit() and int(length) > limit:
+        limit, limit_mb = state.config.upload_limit(path)
+        if length is not None and length.isdigit() and int(length) > limit + 64 * 1024:
+            # (64 KiB for the form's own fields)
             await api_errors.response(
                 ApiError(
                     413,
                     f"the upload is {int(length) / 1048576:.1f} MB; this server takes "
-                    f"at most {state.config.max_upload_mb:g} MB per file",
+                    f"at most {limit_mb:g} MB per file" + _bigger(path),
                     param="file",
                     code="file_too_large",
                 )
@@ -132,7 +133,10 @@ def create_app(config: ServerConfig | None = None, state: ServerState | None = N
         return {"status": "draining" if state.draining else "ok",
                 "inflight": state.inflight, "queued": state.work.waiting,
                 "running": state.work.running, "sessions": state.sessions,
-                "models_loaded": [m.name for m in state.models.loaded()]}  # fmt: skip
+                "models_loaded": [m.name for m in state.models.loaded()],
+                "limits": {"max_upload_mb": state.config.max_upload_mb,
+                           "max_job_upload_mb": state.config.max_job_upload_mb,
+                           "max_audio_minutes": state.config.max_audio_seconds / 60}}  # fmt: skip
 
     @app.get("/metrics", dependencies=auth)
     async def metrics():
@@ -180,6 +184,10 @@ def create_app(config: ServerConfig | None = None, state: ServerState | None = N
     realtime.mount(app, state)
     jobs.mount(app, state, auth)
     return app
+
+
+def _bigger(path: str) -> str:
+    return "" if path.startswith("/v1/jobs") else " here (the job API, /v1/jobs, takes more)"
 
 
 def _created(built_at: str) -> int:

@@ -32,7 +32,8 @@ class ServerConfig:
     model: str | None = None  # the default model (None: the app's default, else the newest)
     device: str = "auto"
     key_hashes: frozenset[str] = frozenset()  # hex SHA-256 of the allowed keys; empty: no keys
-    max_upload_mb: float = 25.0
+    max_upload_mb: float = 25.0  # per request of the audio API (OpenAI's own limit)
+    max_job_upload_mb: float = 2048.0  # per job: long recordings are what jobs are for
     max_audio_seconds: float = 4 * 3600.0
     max_queue: int = 16  # requests waiting for a worker; more get 429
     workers: int = 1  # transcriptions at once
@@ -50,6 +51,11 @@ class ServerConfig:
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
 
+    def upload_limit(self, path: str) -> tuple[int, float]:
+        """(bytes, MB) an upload to the route ``path`` may have: jobs take long files."""
+        mb = self.max_job_upload_mb if path.startswith("/v1/jobs") else self.max_upload_mb
+        return int(mb * 1024 * 1024), mb
+
     def check(self) -> None:
         """Refuse what would be unsafe: anything but loopback without a key."""
         if not self.key_hashes and not is_loopback(self.host):
@@ -60,6 +66,8 @@ class ServerConfig:
             )
         if self.workers < 1 or self.max_queue < 0 or self.max_upload_mb <= 0:
             raise ServerConfigError("--workers must be >= 1, --max-queue >= 0, --max-upload-mb > 0")
+        if self.max_job_upload_mb <= 0:
+            raise ServerConfigError("--max-job-upload-mb must be > 0")
         if self.shared_batch_rows < 0:
             raise ServerConfigError("--shared-batch must be >= 0 (0: batches not shared)")
 

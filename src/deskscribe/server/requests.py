@@ -48,6 +48,8 @@ class Fields:
     include_logprobs: bool = False
     task: str = "transcribe"
     speakers: str | None = None  # our extension for diarized_json: auto / N / MIN-MAX
+    # Our extension: detect the language among these codes only (the app's "Languages").
+    languages: list[str] = field(default_factory=list)
     filename: str = "file"  # the upload's name, for messages (not a form field)
 
     def to_json(self) -> str:
@@ -134,6 +136,9 @@ def parse_fields(form, task: str = "transcribe") -> Fields:
     f.include_logprobs = "logprobs" in include
     f.chunking = _chunking(_one(form, "chunking_strategy"))
     f.speakers = _one(form, "speakers") or None
+    f.languages = [c.lower() for c in _many(form, "languages") if c]
+    if f.languages and f.language:
+        raise bad_request("give either language or languages, not both", "languages")
     return f
 
 
@@ -162,6 +167,7 @@ def _chunking(raw: str | None) -> dict | None:
 def transcribe_options(f: Fields) -> TranscribeOptions:
     opt = TranscribeOptions(
         language=f.language,
+        languages=tuple(f.languages),
         task=f.task,
         temperatures=tuple(t for t in TEMPERATURES if t >= f.temperature) or (f.temperature,),
         initial_prompt=f.prompt,

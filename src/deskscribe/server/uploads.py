@@ -32,7 +32,8 @@ async def upload(request: Request, state):
     suffix = Path(part.filename or "").suffix[:12]
     path = folder / f"{uuid.uuid4().hex}{suffix}"
     try:
-        size = await asyncio.to_thread(_copy, part, path, state.config.max_upload_bytes)
+        limit, _mb = state.config.upload_limit(request.url.path)
+        size = await asyncio.to_thread(_copy, part, path, limit)
         if size == 0:
             raise bad_request("the uploaded file is empty", "file")
         yield form, path

@@ -202,6 +202,8 @@ class RemoteClient:
             fields["model"] = model
         if job.language:
             fields["language"] = job.language
+        elif job.languages:  # detection among the user's languages only
+            fields["languages"] = ",".join(job.languages)
         if job.speakers and job.speakers != "off":
             fields["speakers"] = job.speakers
         if job.vocabulary:  # Whisper's prompt is what spells names and jargon as written
@@ -342,6 +344,9 @@ class _RemoteJob:
         if not Path(self.job.source).is_file():
             return FileJobResult("failed", error=f"{self.job.source} no longer exists.")
         try:
+            too_big = self._too_big()
+            if too_big:
+                return FileJobResult("failed", error=too_big)
             model = self._model()
             created = self._submit(model)
             if created is None:
@@ -355,6 +360,19 @@ class _RemoteJob:
             return FileJobResult("failed", error=str(e))
         except OSError as e:  # the file itself (moved, unreadable) while uploading
             return FileJobResult("failed", error=f"{self.job.source.name} could not be read: {e}")
+
+    def _too_big(self) -> str | None:
+        """Why the file cannot go to this server (over its job upload limit, which /health
+        tells), said before the upload: a refused upload may look like a lost connection."""
+        limit = (self.client.health().get("limits") or {}).get("max_job_upload_mb")
+        size = Path(self.job.source).stat().st_size
+        if not isinstance(limit, (int, float)) or size <= limit * 1048576:
+            return None
+        return (
+            f"{Path(self.job.source).name} is {size / 1048576:.0f} MB; the server at "
+            f"{self.client.url} takes at most {limit:g} MB per file (its --max-job-upload-mb). "
+            "Transcribe it on this computer, or ask for a larger limit."
+        )
 
     def _model(self) -> str | None:
         """The job's model on the server: the same one, else the same model in another
