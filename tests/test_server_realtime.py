@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -222,6 +224,40 @@ def test_wrong_key_is_refused(served):
     event, closed = asyncio.run(go())
     assert event.type == "error" and event.error.code == "invalid_api_key", event
     assert closed.rcvd is not None and closed.rcvd.code == 1008
+
+
+def test_a_session_that_sends_nothing_is_closed_after_the_idle_time(tmp_path, tiny_fp32):
+    """An abandoned session (the client connected, then went silent: a laptop asleep) would
+    hold a --max-sessions slot and a decoder thread for good; it is told why and closed."""
+    from websockets.exceptions import ConnectionClosed
+
+    store = make_store(tmp_path, {"tiny.en-fp32": tiny_fp32})
+    server = serve(store, tmp_path / "data", "--realtime-idle-seconds", "1.5")
+    server.key = "-"
+
+    async def go():
+        async with client(server).realtime.connect(extra_query={"intent": "transcription"}) as c:
+            assert (await recv(c)).type == "session.created"
+            t0 = time.monotonic()
+            await c.send({"type": "input_audio_buffer.clear"})  # an event: the clock restarts
+            assert (await recv(c)).type == "input_audio_buffer.cleared"
+            told = await recv(c)
+            waited = time.monotonic() - t0
+            with pytest.raises(ConnectionClosed) as closed:
+                await recv(c)
+            return told, waited, closed.value
+
+    try:
+        told, waited, closed = asyncio.run(go())
+        with urllib.request.urlopen(server.url + "/health") as r:
+            health = json.load(r)
+    finally:
+        server.stop()
+    assert told.type == "error" and told.error.code == "idle_timeout", told
+    assert "1.5 s" in told.error.message
+    assert 1.4 <= waited <= 10, waited
+    assert closed.rcvd is not None and closed.rcvd.code == 1000, closed
+    assert health["sessions"] == 0, health
 
 
 def test_bad_events_get_error_events_and_the_session_goes_on(served, clips):

@@ -43,6 +43,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--shared-batch-cpu", action="store_true",
                    help="share batches on the CPU too (by default only on a GPU)")  # fmt: skip
     s.add_argument("--max-sessions", type=int, default=8, help="realtime sessions at once")
+    s.add_argument("--realtime-idle-seconds", type=float, default=900.0,
+                   help="close a realtime session that sends nothing this long (0: never)")  # fmt: skip
     s.add_argument("--idle-ttl", type=float, default=600.0,
                    help="release a model unused this many seconds (0: keep)")  # fmt: skip
     s.add_argument("--preload", action="store_true", help="load the default model at start")
@@ -83,6 +85,7 @@ def serve(args: argparse.Namespace) -> int:
             max_upload_mb=args.max_upload_mb, max_job_upload_mb=args.max_job_upload_mb,
             max_audio_seconds=args.max_audio_minutes * 60,
             max_queue=args.max_queue, workers=args.workers, max_sessions=args.max_sessions,
+            realtime_idle_seconds=args.realtime_idle_seconds,
             shared_batch_rows=args.shared_batch, shared_batch_on_cpu=args.shared_batch_cpu,
             idle_ttl=args.idle_ttl, preload=args.preload, cors_origins=tuple(args.cors),
             data_dir=args.data_dir,

@@ -41,6 +41,9 @@ class ServerConfig:
     shared_batch_rows: int = 16
     shared_batch_on_cpu: bool = False  # a GPU's batches only, unless asked (shared_batches.py)
     max_sessions: int = 8  # realtime sessions at once
+    # A realtime session whose client sends nothing this long is closed (0: never): an
+    # abandoned one would hold a --max-sessions slot and its decoder thread for good.
+    realtime_idle_seconds: float = 900.0
     idle_ttl: float = 600.0  # a model unused this long is released (0: never)
     preload: bool = False
     cors_origins: tuple[str, ...] = ()

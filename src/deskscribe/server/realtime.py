@@ -504,8 +504,19 @@ class Connection:
     # ------------------------------------------------------------------ receiving
 
     async def _receive_loop(self) -> None:
+        idle = self.state.config.realtime_idle_seconds or None
         while True:
-            message = await self.ws.receive()
+            try:
+                message = await asyncio.wait_for(self.ws.receive(), idle)
+            except TimeoutError:
+                log.info("realtime session %s: nothing received for %g s; closing", self.sid, idle)
+                self._post(error_event(
+                    f"the session was closed: no events for {idle:g} s (audio, or any other "
+                    "event, keeps it open)", code="idle_timeout",
+                ))  # fmt: skip
+                await self._flush()
+                self.aborted = (1000, "idle_timeout")  # closed on the way out of run()
+                return
             if message["type"] == "websocket.disconnect":
                 return
             text = message.get("text")
@@ -609,6 +620,13 @@ class Connection:
             self.aborted = (code, reason)
             if self.task is not None:
                 self.task.cancel()
+
+    async def _flush(self, timeout: float = 5.0) -> None:
+        """Wait (a little) until the events posted so far have been sent."""
+        deadline = self.loop.time() + timeout
+        while not self.outbox.empty() and self.loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)  # the last one taken may still be on its way
 
     async def _send_loop(self) -> None:
         while True:
