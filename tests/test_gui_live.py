@@ -122,6 +122,20 @@ def test_live_window_shows_committed_text_from_system_audio(
     # Until all of it is recorded (see pulse.Played); never block the loop.
     qtbot.waitUntil(played.heard, timeout=120_000)
     assert played.proc.returncode == 0
+    # The health figures the session measured: compact next to the model, in detail on demand.
+    details = panel.health
+    qtbot.waitUntil(lambda: details.health is not None and details.health.decodes > 0,
+                    timeout=10_000)  # fmt: skip
+    assert "keeping up" in panel.engine.text() or "s behind" in panel.engine.text()
+    assert not details.isVisible() and details.button.isEnabled()
+    qtbot.mouseClick(details.button, Qt.MouseButton.LeftButton)
+    assert details.isVisible()
+    shown = details.text()
+    assert "Decode time P50 / P95 / P99" in shown and "Lost input" in shown, shown
+    assert f"({details.health.decodes} passes)" in shown
+    assert 0 < details.health.decodes <= panel.session.transcriber.decode_count
+    if details.health.warnings:  # a budget broken (a busy machine): said in red
+        assert "c01c28" in panel.engine.styleSheet() and "Over budget" in shown
     # Pause: nothing is recorded while paused (the devices deliver 1.5 s meanwhile, all of it
     # dropped); resume goes on.
     session = panel.session

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import espeak, load, wer
+from conftest import espeak, load, normalize, wer
 from deskscribe.transcript import Word
 from deskscribe.whisper.streaming import LocalAgreement, OnlineTranscriber, StreamingOptions
 
@@ -122,3 +122,40 @@ def test_local_agreement_commits_the_shared_prefix_once():
         " are",
         " you",
     ]
+
+
+def count_encoder_runs(model, monkeypatch) -> list[int]:
+    """Count the model's real encoder runs (each decode pass encodes its audio once)."""
+    runs = [0]
+    encode = model.encode
+
+    def counted(mel):
+        runs[0] += 1
+        return encode(mel)
+
+    monkeypatch.setattr(model, "encode", counted)
+    return runs
+
+
+def test_a_pass_is_skipped_when_nothing_new_was_heard(tiny_model, speech_dir, monkeypatch):
+    # A pause (1.8 s) inside one utterance (it ends only after 2 s): passes that would see
+    # only that silence are skipped, and the committed text is the same as with every pass
+    # run (the step is fixed, so both runs follow the same schedule on any CPU).
+    first, second = (load(espeak(UTTERANCES[i], speech_dir / f"live-utt{i}.wav")) for i in (0, 1))
+    clip = np.concatenate([silence(0.5), first, silence(1.8), second, silence(2.4)])
+    runs = count_encoder_runs(tiny_model, monkeypatch)
+    texts, counts = [], []
+    for skip in (False, True):
+        runs[0] = 0
+        options = StreamingOptions(
+            step_seconds=1.0, decode_share=0, skip_silent_passes=skip, end_of_utterance_ms=2000
+        )
+        t = OnlineTranscriber(tiny_model, options)
+        feed(t, clip)
+        t.finish()
+        texts.append(committed_text(t))
+        counts.append(runs[0])
+        assert t.decode_count == runs[0]  # the transcriber's own count is the real one
+    assert normalize(texts[0]) == normalize(texts[1]), texts
+    assert wer(" ".join(UTTERANCES[:2]), texts[1]) < 0.2, texts[1]
+    assert counts[1] < counts[0], counts

@@ -56,6 +56,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     lv.add_argument("--speaker-model", help="speaker model name in the store or a folder")
     lv.add_argument("--duration", type=float, help="stop by itself after this many seconds")
+    lv.add_argument(
+        "--stats",
+        action="store_true",
+        help="print how the engine keeps up once a second (decode times, lag, lost input, "
+        "CPU, memory) on stderr",
+    )
     lv.add_argument("--title", help="a name for the session")
     lv.add_argument("--format", help="also export the transcript at the end: txt,srt,...")
     lv.add_argument("--output-dir", type=Path, help="where --format files go (default: cwd)")
@@ -131,6 +137,7 @@ def live(args: argparse.Namespace) -> int:
     from .audio.sessions import find_interrupted
     from .models.store import ModelNotInstalledError
     from .service.live import LiveOptions, LiveSession
+    from .service.live.degrade import faster_variant
     from .service.models import ModelCache
     from .whisper.decoding import DecodingError
     from .whisper.model import ModelNotBuiltError
@@ -182,7 +189,9 @@ def live(args: argparse.Namespace) -> int:
         ),
         title=args.title,
     )
-    session = LiveSession(model, options, speaker_encoder=encoder or None)
+    session = LiveSession(
+        model, options, speaker_encoder=encoder or None, faster_model=faster_variant(model)
+    )
     if session.transcriber.vocabulary_note:
         _err(session.transcriber.vocabulary_note)
     tty = sys.stdout.isatty()
@@ -223,7 +232,7 @@ def _detach_from_terminal() -> None:
 
 
 def _run(session, args: argparse.Namespace, tty: bool) -> int:
-    from .service.live import Problem, Started, Stopped, TextUpdate
+    from .service.live import Adapted, HealthReport, Problem, Started, Stopped, TextUpdate
 
     session.start()
     began = time.monotonic()
@@ -244,6 +253,12 @@ def _run(session, args: argparse.Namespace, tty: bool) -> int:
             )
         elif isinstance(event, TextUpdate):
             _show(event, tty)
+        elif isinstance(event, HealthReport):
+            if getattr(args, "stats", False):
+                print(f"stats: {event.health.line()}", file=sys.stderr, flush=True)
+        elif isinstance(event, Adapted):
+            verb = "less live work" if event.down else "more live work again"
+            _err(f"{verb}: {event.level} ({event.reason})")
         elif isinstance(event, Problem):
             failed = failed or event.fatal
             _err(event.message)

@@ -12,11 +12,12 @@ track silent for `max_skew` seconds (a loopback while nothing plays, a dead devi
 with zeros up to the clock, so the other never waits longer; after `switch_device` the track
 is anchored again, so the timeline stays continuous.
 
-Known limitation, clock drift: tracks are resampled at fixed ratios of their nominal rates,
-but two devices' clocks differ by tens to hundreds of ppm (0.1-0.4 s an hour). A track more
-than `max_skew` ahead of the clock is trimmed and one that far behind is padded (a small skip
-or gap). Variable-ratio resampling driven by frame counts (soxr >= 1.0 `vr=True` with
-`set_io_ratio`, or python-samplerate) would remove it.
+Clock drift: two devices' clocks differ by tens to hundreds of ppm (0.1-0.4 s an hour). In
+meeting mode the system-audio track goes through a `drift.DriftCorrector`, which estimates
+its true rate against the microphone from both sample counts and resamples it with that
+variable ratio, so the tracks stay aligned (within 20 ms over 20 minutes at 200 ppm, see
+tests/test_drift.py). A track still more than `max_skew` ahead of the clock is trimmed and
+one that far behind is padded (a device that hiccups), and the estimate starts afresh.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from deskscribe.audio.devices import (
 )
 
 from ..audio_format import SAMPLE_RATE
+from .drift import DriftCorrector
 
 SILENCE_DB = -100.0  # level reported for digital silence and for no signal at all
 TRACKS = ("mic", "system")
@@ -126,6 +128,7 @@ class InputCapture:
         self._dropped_seen = 0
         self._level = SILENCE_DB
         self.frames = 0  # device frames received so far
+        self.delivered = 0  # 16 kHz samples handed out so far
         self.error: str | None = None
 
     @property
@@ -136,6 +139,15 @@ class InputCapture:
     @property
     def overflows(self) -> int:
         return self._input_overflows + self._ring.dropped
+
+    @property
+    def dropped(self) -> int:
+        """Device frames the full ring refused (lost input)."""
+        return self._ring.dropped
+
+    @property
+    def flushed(self) -> bool:
+        return self._flushed
 
     def start(self) -> None:
         sd = sounddevice()
@@ -207,6 +219,7 @@ class InputCapture:
         self._flushed = self._flushed or last
         if len(block):
             self._level = level_db(out)
+        self.delivered += len(out)
         return out
 
 
@@ -241,6 +254,10 @@ class Capture:
         self._anchored = dict.fromkeys(self.tracks, False)
         self._last_data = dict.fromkeys(self.tracks, 0.0)
         self._overflow_base = dict.fromkeys(self.tracks, 0)
+        self._lost_base = dict.fromkeys(self.tracks, (0, 0))  # (dropped, frames) of old devices
+        # Meeting mode: system audio follows the microphone's clock.
+        self._drift = {"system": DriftCorrector()} if source == "both" else {}
+        self._drift_flushed: InputCapture | None = None  # the stopped device it was flushed for
         self._emitted = 0  # samples per track handed out so far
         self._clock = (0.0, 0)  # (monotonic time, timeline sample) of the last reference audio
         self._running = False
@@ -328,12 +345,29 @@ class Capture:
         capture = self._inputs[track]
         frames = capture.frames
         audio = capture.read()
+        drift = self._drift.get(track)
+        if drift is not None:
+            audio = self._follow_mic(drift, capture, audio, now)
         if capture.frames > frames:
             self._last_data[track] = now
             if not self._anchored[track]:
                 return audio  # placed by _aligned once the reference is known
         self._pending[track] = np.concatenate([self._pending[track], audio])
         return np.zeros(0, dtype=np.float32)
+
+    def _follow_mic(
+        self, drift: DriftCorrector, capture: InputCapture, audio: np.ndarray, now: float
+    ) -> np.ndarray:
+        """Put a follower's audio on the microphone's clock (meeting mode). While the mic
+        does not deliver, there is no clock to follow: the counting starts again after."""
+        mic = self._inputs["mic"]
+        if mic.error is not None or now - self._last_data["mic"] > self._max_skew:
+            drift.rebase()
+        out = drift.process(audio, mic.delivered) if len(audio) else audio
+        if capture.flushed and self._drift_flushed is not capture:  # stopped: the tail too
+            self._drift_flushed = capture
+            out = np.concatenate([out, drift.flush()])
+        return out
 
     def _align(self, now: float, fresh: dict[str, np.ndarray]) -> int:
         """Place fresh audio, fill and trim tracks; return how many samples all tracks share."""
@@ -358,6 +392,8 @@ class Capture:
                 self._anchored[t] = True
             elif stalled[t]:
                 self._pad(t, position - total[t])
+                if t in self._drift:
+                    self._drift[t].rebase()
             elif self._anchored[t]:
                 self._pad(t, position - self._skew - total[t])  # its clock runs slow
         n = min(len(p) for p in self._pending.values())
@@ -389,9 +425,17 @@ class Capture:
             old.stop()
             now = time.monotonic()
             leftover = old.read()
+            drift = self._drift.get(track)
+            if drift is not None and self._drift_flushed is not old:  # its tail, on the clock
+                leftover = drift.process(leftover, self._inputs["mic"].delivered)
+                leftover = np.concatenate([leftover, drift.flush()])
             if self._anchored[track]:
                 self._pending[track] = np.concatenate([self._pending[track], leftover])
             self._overflow_base[track] += old.overflows
+            dropped, frames = self._lost_base[track]
+            self._lost_base[track] = (dropped + old.dropped, frames + old.frames)
+            for drift in self._drift.values():  # either clock changed: count afresh
+                drift.rebase()
             self._inputs[track] = new
             self.devices[track] = device
             self._anchored[track] = False  # anchored again when the new device delivers
@@ -404,6 +448,16 @@ class Capture:
     def overflows(self) -> dict[str, int]:
         """Per track: input overflows reported by PortAudio + frames the full ring dropped."""
         return {t: self._overflow_base[t] + c.overflows for t, c in self._inputs.items()}
+
+    def dropped_share(self) -> float:
+        """Input frames lost (refused by a full ring) as a share of all frames the devices
+        delivered, over every track."""
+        dropped = frames = 0
+        for t, c in self._inputs.items():
+            base_dropped, base_frames = self._lost_base[t]
+            dropped += base_dropped + c.dropped
+            frames += base_frames + c.frames
+        return dropped / (frames + dropped) if frames + dropped else 0.0
 
     def errors(self) -> dict[str, str]:
         """Tracks whose device failed, with a message for the user; {} when all is well."""

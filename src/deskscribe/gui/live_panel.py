@@ -19,9 +19,20 @@ from PySide6.QtWidgets import (
 )
 
 from ..audio.devices import InputDevice
-from ..service.live import Levels, LiveOptions, LiveSession, Problem, Started, Stopped, TextUpdate
+from ..service.live import (
+    Adapted,
+    HealthReport,
+    Levels,
+    LiveOptions,
+    LiveSession,
+    Problem,
+    Started,
+    Stopped,
+    TextUpdate,
+)
 from ..transcript import Transcript
 from .context import AppContext
+from .live_health import WARN_STYLE, HealthDetails
 from .live_transcript import LiveTranscriptModel, LiveTranscriptView
 from .source_picker import SourcePicker
 from .widgets import Banner, clock, heading, muted
@@ -101,7 +112,10 @@ class LivePanel(QWidget):
         controls.addStretch(1)
         self.engine = muted("", wrap=False)
         controls.addWidget(self.engine)
+        self.health = HealthDetails()
+        controls.addWidget(self.health.button)
         root.addLayout(controls)
+        root.addWidget(self.health)
 
         self.banner = Banner()
         root.addWidget(self.banner)
@@ -199,6 +213,7 @@ class LivePanel(QWidget):
         self.model.editable = True
         self.item_id, self.final, self._dirty_after_stop = None, None, False
         self.banner.hide()
+        self.health.clear()
         self.elapsed.setText("0:00")
         self._set_state("loading")
         self.engine.setText("Loading the model…")
@@ -213,7 +228,10 @@ class LivePanel(QWidget):
             encoder = self.ctx.speaker_encoder()
             if cancel.is_set():
                 return None
-            return LiveSession(model, options, speaker_encoder=encoder)
+            from ..service.live.degrade import faster_variant
+
+            faster = faster_variant(model)
+            return LiveSession(model, options, speaker_encoder=encoder, faster_model=faster)
 
         self._loading = run_in_worker(load, on_done=self._loaded, on_error=self._load_failed)
         self._remember_devices(options)
@@ -287,20 +305,36 @@ class LivePanel(QWidget):
             self._set_state("recording")
             self._engine_label(event.model, event.device, 0.0)
             self._started, self._started_at = event, datetime.now()
+        elif isinstance(event, HealthReport):
+            self.health.show_health(event.health)
+        elif isinstance(event, Adapted):
+            self.health.add_switch(event)
+            if event.down:
+                self.banner.show_message(
+                    f"The engine is {event.reason}, so it now does less live work "
+                    f"({event.level}). Nothing is lost: the text catches up, and full live "
+                    "work comes back once it has.",
+                    "info",
+                )
         elif isinstance(event, Problem):
             self.banner.show_message(event.message, "error" if event.fatal else "warning")
         elif isinstance(event, Stopped):
             self._stopped(event)
 
     def _engine_label(self, model: str, device: str, behind: float) -> None:
-        lag = "keeping up" if behind < 1.0 else f"{behind:.1f} s behind"
-        self.engine.setText(f"{model} on {device} · {lag}")
-        warn = behind >= BEHIND_WARN_S
-        self.engine.setStyleSheet("color: #c01c28;" if warn else "")
+        lag = "keeping up" if behind < 1.0 else f"{behind:.0f} s behind"
+        health = self.health.health
+        if health is not None:
+            model = health.model or model  # a faster model while behind
+        mode = f" · {health.level}" if health is not None and health.level != "full" else ""
+        self.engine.setText(f"{model} on {device} · {lag}{mode}")
+        warnings = list(health.warnings) if health is not None else []
+        warn = behind >= BEHIND_WARN_S or bool(warnings)
+        self.engine.setStyleSheet(WARN_STYLE if warn else "")
         self.engine.setToolTip(
-            "The engine is falling behind the speech: close busy programs, or choose a smaller "
-            "model or the GPU in Settings." if warn else "Model and device in use, and how far "
-            "the text lags behind the speech"
+            "Over budget: " + "; ".join(warnings or [f"{behind:.0f} s behind"]) + ". Close busy "
+            "programs, or choose a smaller model or the GPU in Settings." if warn else "Model "
+            "and device in use, and how far the text lags behind the speech (Details: more)"
         )  # fmt: skip
 
     def _levels(self, event: Levels) -> None:

@@ -122,7 +122,7 @@ class Decoder(threading.Thread):
                 if fed and self.transcriber is not None:
                     # More than two steps of audio came in during the last pass: behind real
                     # time, so skip the tentative pass; utterance ends still commit the text.
-                    step = self.transcriber.options.step_seconds * SAMPLE_RATE
+                    step = self.transcriber.step_samples  # grows while passes are slow
                     self._guarded(("process", fed <= 2 * step))
         except Exception:
             log.exception("realtime session %s failed", self.sid)

@@ -2,7 +2,10 @@
 
 Audio arrives in small blocks. Silero VAD decides when someone is speaking; only then does a
 buffer grow. Every ``step_seconds`` of new speech the whole buffer is decoded again (with word
-timestamps). A word is *committed* once two consecutive decodes agree on it (LocalAgreement-2,
+timestamps), but only when the VAD heard speech since the last pass (a pause inside an
+utterance costs nothing), and the step grows while decoding takes long (``decode_share``: the
+share of real time the passes may take), so a slow machine does fewer, longer passes instead
+of falling behind. A word is *committed* once two consecutive decodes agree on it (LocalAgreement-2,
 as in whisper_streaming by Macháček et al.); the rest of the newest decode is *tentative*. When
 the speaker pauses (VAD end of utterance) the utterance is decoded a last time and everything is
 committed, and the buffer starts afresh. A buffer that grows past ``max_buffer_seconds`` (a long
@@ -41,7 +44,10 @@ class StreamingOptions:
     languages: tuple[str, ...] = ()  # detection limited to these codes (empty: any)
     task: str = "transcribe"
     beam_size: int | None = None  # greedy by default: a decode every step must stay cheap
-    step_seconds: float = 0.6  # decode again after this much new audio
+    step_seconds: float = 0.6  # decode again after this much new audio (the shortest step)
+    max_step_seconds: float = 2.0  # ... and the longest, however slow the passes are
+    decode_share: float = 0.45  # passes may take this share of real time (0: fixed step)
+    skip_silent_passes: bool = True  # no interim pass when the VAD heard nothing new
     end_of_utterance_ms: int = 600  # a pause this long ends an utterance (commits it)
     speech_pad_ms: int = 250  # audio kept before speech starts and after it ends
     max_buffer_seconds: float = 15.0  # cut a long buffer after its last committed sentence
@@ -149,6 +155,9 @@ class OnlineTranscriber:
         self._ends: list[int] = []  # utterance ends not yet committed
         self._agreement = LocalAgreement()
         self._last_decode = (-1, -1)  # (start, end) samples of the newest decode
+        self.decode_count = 0  # model runs so far (a pass that decodes nothing is not one)
+        self.decode_seconds: list[float] = []  # seconds of each model run not yet collected
+        self._pass_seconds = 0.0  # smoothed seconds of an interim pass (for the step)
         self._last_words: list[Word] = []  # ... and the words it gave
         self.segments: list[Segment] = []
         self._forgotten = 0  # segments dropped by ``forget_segments`` (ids keep counting)
@@ -210,10 +219,18 @@ class OnlineTranscriber:
             self._cut(end)
             self._previous_language = self._utterance_language or self._previous_language
             self._utterance_language = None
-        step = int(self.options.step_seconds * SAMPLE_RATE)
         new_audio = self.total - max(self._decoded_to, self._start)
-        if interim and self.vad.speaking and new_audio >= step:
+        heard = (  # the VAD heard speech since the last pass
+            not self.options.skip_silent_passes
+            or self.vad.last_speech > max(self._decoded_to, self._start)
+        )
+        if interim and self.vad.speaking and heard and new_audio >= self.step_samples:
+            began = time.perf_counter()
             words = self._decode(self._start, self.total, final=False)
+            took = time.perf_counter() - began
+            self._pass_seconds = (
+                took if not self._pass_seconds else 0.7 * self._pass_seconds + 0.3 * took
+            )
             if self._language_decided:
                 self._commit(self._agreement.insert(words), update, utterance_end=False)
                 self._trim_long_buffer()
@@ -225,6 +242,29 @@ class OnlineTranscriber:
         update.audio_end = self._decoded_to / SAMPLE_RATE
         update.open_id = self.open_segment_id
         return update
+
+    @property
+    def step_samples(self) -> int:
+        """New audio an interim pass waits for: ``step_seconds``, longer while passes are slow."""
+        opt = self.options
+        step = opt.step_seconds
+        if opt.decode_share > 0 and self._pass_seconds:
+            step = min(max(step, self._pass_seconds / opt.decode_share), opt.max_step_seconds)
+        return int(step * SAMPLE_RATE)
+
+    def take_decode_seconds(self) -> list[float]:
+        """The seconds of each model run since the last call (for health figures)."""
+        taken, self.decode_seconds = self.decode_seconds, []
+        return taken
+
+    def set_model(self, model: WhisperModel) -> None:
+        """Decode with ``model`` from the next pass on (a faster variant when behind); the
+        audio, the committed text and the agreement state carry over."""
+        self.model = model
+        plan = plan_prompt(model.tokenizer, model.dims.n_text_ctx, self.options.vocabulary)
+        self.vocabulary_note = plan.note
+        self._vocabulary = ", ".join(plan.kept) or None
+        self._pass_seconds = 0.0
 
     def finish(self) -> StreamUpdate:
         """Stop: decode and commit everything still buffered, speech or not yet judged."""
@@ -265,12 +305,15 @@ class OnlineTranscriber:
         offset = start / SAMPLE_RATE
         words: list[Word] = []
         confident = True
+        began = time.perf_counter()
         for seg in transcribe_blocks(self.model, [audio], options, info=info):
             confident = confident and seg.compression_ratio <= 2.4 and seg.avg_logprob >= -1.0
             for w in seg.words:
                 words.append(
                     replace(w, start=round(w.start + offset, 3), end=round(w.end + offset, 3))
                 )
+        self.decode_count += 1
+        self.decode_seconds = [*self.decode_seconds[-999:], time.perf_counter() - began]
         self._last_words = words if confident else []
         return words
 

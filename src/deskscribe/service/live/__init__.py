@@ -1,8 +1,10 @@
 """Live transcription sessions (see ``session``): no Qt, shared by the window and the CLI."""
 
 from .events import (
+    Adapted,
     Event,
     EventQueue,
+    HealthReport,
     Levels,
     LiveState,
     Problem,
@@ -10,13 +12,17 @@ from .events import (
     Stopped,
     TextUpdate,
 )
+from .health import Health
 from .refine import REFINE_MAX_SECONDS
 from .session import LiveOptions, LiveSession
 
 __all__ = [
     "REFINE_MAX_SECONDS",
+    "Adapted",
     "Event",
     "EventQueue",
+    "Health",
+    "HealthReport",
     "Levels",
     "LiveOptions",
     "LiveSession",

@@ -17,6 +17,7 @@ from enum import Enum
 from pathlib import Path
 
 from ...transcript import Segment, Transcript, Word
+from .health import Health
 
 
 class LiveState(str, Enum):
@@ -64,13 +65,30 @@ class Problem:
 
 
 @dataclass
+class HealthReport:
+    """Once a second: the measured figures (``health.Health``)."""
+
+    health: Health
+
+
+@dataclass
+class Adapted:
+    """The session changed how much work it does to keep up (``degrade``), or went back."""
+
+    level: str  # the new mode, e.g. "full", "no interim passes"
+    reason: str  # why, for the user
+    at: float  # seconds into the recording
+    down: bool  # True: less work (it was behind); False: back towards full
+
+
+@dataclass
 class Stopped:
     transcript: Transcript
     folder: Path | None
     reason: str | None = None  # why it stopped, when it was not the user
 
 
-Event = Started | Levels | TextUpdate | Problem | Stopped
+Event = Started | Levels | TextUpdate | Problem | HealthReport | Adapted | Stopped
 
 
 class EventQueue:

@@ -67,9 +67,15 @@ class Recording:
         self.capture.start()
         return self.folder
 
-    def run(self, stop: threading.Event, behind: Callable[[], float]) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        behind: Callable[[], float],
+        tick: Callable[[], None] | None = None,
+    ) -> None:
         """Record until ``stop`` is set (or the disk fails: ``failure`` then says why). The
-        transcriber's inbox always gets its end (None)."""
+        transcriber's inbox always gets its end (None). ``tick``: called after every drain
+        (the session's health readings)."""
         assert self.capture is not None
         known_errors: dict[str, str] = {}
         last_levels = last_overflow_report = 0.0
@@ -100,6 +106,8 @@ class Recording:
                             behind(),
                         )
                     )
+                if tick is not None:
+                    tick()
             self.capture.stop()
             self._drain()
         except RecorderError as exc:

@@ -12,7 +12,11 @@ Its parts, each in its own module:
   autosaves the transcript whenever a line is finished (at most once a second) and every few
   seconds;
 - ``store.TranscriptStore``: the committed text, the tentative tail, the user's corrections;
-- ``refine.refine_speakers``: the offline speaker pass at Stop.
+- ``refine.refine_speakers``: the offline speaker pass at Stop;
+- ``health.HealthMonitor``: measured figures, once a second as a ``HealthReport`` event and a
+  line of ``health.jsonl`` in the session folder, a summary (``health-summary.json``) at Stop;
+- ``degrade.Degrader``: when recognition falls behind, less work on purpose (``Adapted``
+  events; each switch is also kept in the autosaved transcript's ``live.adaptations``).
 The state (``LiveState``) changes only under a lock, so a ``stop()`` during start-up is never
 overwritten by "recording".
 
@@ -41,7 +45,18 @@ from ...speakers.online import LiveSpeakerLabeller
 from ...transcript import Transcript
 from ...whisper.model import WhisperModel
 from ...whisper.streaming import OnlineTranscriber, StreamingOptions, StreamUpdate
-from .events import Event, EventQueue, LiveState, Problem, Started, Stopped, TextUpdate
+from .degrade import NO_INTERIM, DegradeOptions, Degrader
+from .events import (
+    Event,
+    EventQueue,
+    LiveState,
+    Problem,
+    Started,
+    Stopped,
+    TextUpdate,
+)
+from .health import HealthLog, HealthMonitor
+from .pacing import KeepingUp, live_model
 from .recording import Recording
 from .refine import refine_speakers
 from .store import TranscriptStore
@@ -57,6 +72,12 @@ class LiveOptions:
     streaming: StreamingOptions = field(default_factory=StreamingOptions)
     autosave_seconds: float = 3.0
     title: str | None = None
+    health_every_s: float = 1.0
+    # A small CPU model decodes live on one thread (pacing.live_model): the other cores stay
+    # free for the meeting app, and one thread uses its CPU time better (the passes adapt
+    # their step to its speed). 0: the model's own sessions.
+    cpu_threads: int = 1
+    degrade: DegradeOptions | None = field(default_factory=DegradeOptions)  # None: never
 
     @property
     def tracks(self) -> list[str]:
@@ -68,11 +89,14 @@ class LiveOptions:
 _ACTIVE = (LiveState.STARTING, LiveState.RECORDING, LiveState.PAUSED)
 
 
-class LiveSession:
+class LiveSession(KeepingUp):
     """``on_event``: the caller's sink, called on a session thread (set it before ``start``);
     without one, events wait in ``events``, a bounded ``EventQueue``. ``capture``: the audio
     source (default: the devices of ``options``; a ``PushedCapture`` for audio a program
-    sends, e.g. the server's streaming clients)."""
+    sends, e.g. the server's streaming clients). ``faster_model``: called (on the transcriber
+    thread) when the session is behind and has stepped down to its last resort, for a faster
+    model to decode with (None: there is none); the session returns to ``model`` once it has
+    caught up."""
 
     def __init__(
         self,
@@ -81,9 +105,10 @@ class LiveSession:
         on_event: Callable[[Event], None] | None = None,
         speaker_encoder: SpeakerEncoder | None = None,
         capture=None,
+        faster_model: Callable[[], WhisperModel | None] | None = None,
     ) -> None:
-        self.model = model
         self.options = options or LiveOptions()
+        self.model = model = live_model(model, self.options.cpu_threads)
         self.tracks = self.options.tracks
         self.on_event = on_event
         self.events = EventQueue()
@@ -102,6 +127,18 @@ class LiveSession:
             self.options.streaming,
             label_words=self.labeller.label if self.labeller.active else None,
         )
+        self.health = HealthMonitor(model.name, model.runtime.label)
+        self._health_log: HealthLog | None = None
+        self._last_health = 0.0
+        self._faster_model = faster_model
+        self._faster: WhisperModel | None = None
+        # Voice labels can wait for Stop only where the speaker pass at Stop redoes them.
+        deferrable = self.labeller.active and speaker_encoder is not None and len(self.tracks) == 1
+        self.degrader = Degrader(
+            labels=deferrable, faster=faster_model is not None, options=self.options.degrade
+        )
+        self.adaptations: list[dict] = []  # every switch (also in the autosaved transcript)
+        self._committed_end = 0.0  # stream time (s) of the newest committed word
         meta = {"title": self.options.title, "model": model.name, "source": self.options.source}
         self.recording = Recording(
             self.options, self.tracks, meta, self.labeller, self._emit, capture
@@ -205,7 +242,8 @@ class LiveSession:
         transcriber.start()
         self._move(LiveState.RECORDING, only_from=(LiveState.STARTING,))
         self._emit(Started(folder, self.tracks, self.model.name, self.model.runtime.label))
-        self.recording.run(self._stop, lambda: self.behind_seconds)
+        self._health_log = HealthLog(folder)
+        self.recording.run(self._stop, lambda: self.behind_seconds, self._tick)
 
     def _transcribe_loop(self) -> None:
         try:
@@ -237,7 +275,9 @@ class LiveSession:
             self._fed += fed
             # More than two steps of audio arrived during the last decode: the machine is not
             # keeping up, so skip the tentative pass and let utterance ends commit the text.
-            keeping_up = fed <= 2 * self.options.streaming.step_seconds * SAMPLE_RATE
+            keeping_up = fed <= 2 * self.transcriber.step_samples
+            keeping_up = keeping_up and not self.degrader.active(NO_INTERIM)
+            self._apply_level()
             try:
                 if ended:
                     update = self.transcriber.finish()
@@ -255,6 +295,7 @@ class LiveSession:
                     )
                 continue
             self._publish(update)
+            self._measure(update)
             since = time.monotonic() - last_save
             closed = any(seg.id != update.open_id for seg in update.segments)
             if ended or since >= self.options.autosave_seconds or (closed and since >= 1.0):
@@ -268,6 +309,7 @@ class LiveSession:
     def _autosave(self) -> None:
         data = self.transcript().to_dict()
         data["tentative"] = self.store.tentative_text()
+        data["live"] = {"adaptations": list(self.adaptations), "level": self.degrader.level}
         try:
             self.recording.save_transcript(data)
         except (RecorderError, OSError) as exc:
@@ -277,6 +319,7 @@ class LiveSession:
         """Close the recording and send ``Stopped``, whatever fails on the way (a window
         waiting for it must always be able to close)."""
         try:
+            self._write_health_summary()
             try:
                 self.recording.close()
             except (RecorderError, OSError) as exc:

@@ -1,0 +1,175 @@
+"""Hour-long live meeting in real time: CPU, memory and latency over the hour, plotted.
+
+    python bench/live_soak.py [--minutes 60] [--model tiny.en] [--variant int8]
+                              [--out bench/out/live_soak] [--no-compare]
+
+A real ``LiveSession`` (recorder thread, session files, streaming transcriber, health
+monitor, degradation) on a ``PushedCapture`` fed in real time (0.1 s blocks on the wall
+clock, as a device would) with the real recordings of ``../shared/eval`` (AMI meeting clips,
+the phone call, jfk.flac) looped with 1 s pauses, for ``--minutes``. The session's own health
+readings (once a second: CPU share of the machine, RSS, lag, decode times, commit latency) are
+kept and plotted as ``<out>.png`` (matplotlib), and written as ``<out>.jsonl``.
+
+At the end it checks what an hour must keep:
+- the recording is exact: the session's track holds every pushed sample, equal to them;
+- the transcript is complete: its WER against the file path (``transcribe_file``, the same
+  model, on the same audio) — words the live path lost would show up as deletions;
+- memory is flat after warm-up (least-squares slope of RSS over the second half, MiB/hour);
+- latency does not grow (commit latency median of the first and the last quarter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common import DEFAULT_CACHE, built_model, ct2_checkpoint, machine_line, wer
+from live_memory import real_clips
+
+SR = 16000
+BLOCK = SR // 10
+
+
+def looped(clips: list[np.ndarray], seconds: float) -> np.ndarray:
+    gap = np.zeros(SR, dtype=np.float32)
+    parts, n, total = [], 0, int(seconds * SR)
+    while n < total:
+        for clip in clips:
+            for piece in (clip, gap):
+                parts.append(piece)
+                n += piece.shape[0]
+            if n >= total:
+                break
+    return np.concatenate(parts)[:total]
+
+
+def feed(capture, audio: np.ndarray) -> None:
+    """Push ``audio`` in 0.1 s blocks on the wall clock (real time)."""
+    began = time.monotonic()
+    for i in range(0, audio.shape[0], BLOCK):
+        capture.push(audio[i : i + BLOCK])
+        time.sleep(max(0.0, began + (i + BLOCK) / SR - time.monotonic()))
+
+
+def plot(readings: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    minutes = [r["elapsed"] / 60 for r in readings]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    axes[0].plot(minutes, [r["cpu_percent"] for r in readings], lw=0.6, label="CPU (1 s)")
+    axes[0].plot(minutes, [r["cpu_avg_percent"] for r in readings], lw=1.5, label="avg (60 s)")
+    axes[0].axhline(30, color="r", ls="--", lw=0.8, label="budget 30 %")
+    axes[0].set_ylabel("% of machine")
+    axes[0].legend(loc="upper right", fontsize=8)
+    axes[1].plot(minutes, [r["memory_mb"] for r in readings], lw=1.2)
+    axes[1].set_ylabel("RSS MiB")
+    axes[2].plot(minutes, [r["commit_latency_s"] for r in readings], lw=1.2, label="commit")
+    axes[2].plot(minutes, [r["behind"] for r in readings], lw=0.8, label="behind")
+    axes[2].set_ylabel("seconds")
+    axes[2].set_xlabel("minutes into the session")
+    axes[2].legend(loc="upper right", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def slope_per_hour(readings: list[dict]) -> float:
+    half = readings[len(readings) // 2 :]
+    if len(half) < 2:
+        return float("nan")
+    hours = np.array([r["elapsed"] / 3600 for r in half])
+    return float(np.polyfit(hours, [r["memory_mb"] for r in half], 1)[0])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=60.0)
+    ap.add_argument("--model", default="tiny.en", choices=["tiny.en", "base"])
+    ap.add_argument("--variant", default="int8", choices=["int8", "fp32"])
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--out", type=Path, default=DEFAULT_CACHE / "live_soak")
+    ap.add_argument("--no-compare", action="store_true", help="skip the file-path transcript")
+    args = ap.parse_args()
+
+    os.environ["DESKSCRIBE_DATA_DIR"] = tempfile.mkdtemp(prefix="deskscribe-live-soak-")
+    from deskscribe.audio.pushed import PushedCapture
+    from deskscribe.audio.sessions import read_track
+    from deskscribe.service.live import HealthReport, LiveOptions, LiveSession
+    from deskscribe.whisper.model import WhisperModel
+    from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_blocks
+
+    name = f"{args.model}-{args.variant}"
+    folder, _ = built_model(
+        ct2_checkpoint(args.model, args.cache), args.cache / "models" / name, args.variant, name
+    )
+    model = WhisperModel(folder, device="cpu")
+    audio = looped([a for _, a in real_clips()], args.minutes * 60)
+    print(f"# live soak, {machine_line(os.cpu_count() or 0)}")
+    print(f"model {model.name}; {audio.shape[0] / SR / 60:.1f} min of real speech, real time")
+
+    readings: list[dict] = []
+    lock = threading.Lock()
+
+    def on_event(event) -> None:
+        if isinstance(event, HealthReport):
+            with lock:
+                readings.append(event.health.__dict__.copy())
+
+    capture = PushedCapture(["system"], max_seconds=120)
+    session = LiveSession(model, LiveOptions(source="system"), on_event, capture=capture)
+    session.start()
+    t0 = time.monotonic()
+    feed(capture, audio)
+    session.stop()
+    transcript = session.wait(timeout=600)
+    wall = time.monotonic() - t0
+    recorded = read_track(session.folder, "system")
+    exact = recorded.shape[0] == audio.shape[0]
+    diff = float(np.max(np.abs(recorded[: audio.shape[0]] - audio))) if exact else float("nan")
+    live_text = " ".join(s.text for s in transcript.segments)
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out.with_suffix(".jsonl"), "w", encoding="utf-8") as f:
+        for r in readings:
+            f.write(json.dumps(r) + "\n")
+    plot(readings, args.out.with_suffix(".png"), f"{model.name}, {args.minutes:.0f} min live")
+
+    q = max(1, len(readings) // 4)
+    first = [r["commit_latency_s"] for r in readings[:q]]
+    last = [r["commit_latency_s"] for r in readings[-q:]]
+    cpu = [r["cpu_percent"] for r in readings]
+    print()
+    print("| minutes | wall min | CPU avg / peak % | RSS start / end MiB | slope MiB/h (2nd half) "
+          "| commit median 1st / last quarter s | behind max s | decodes | recording |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {audio.shape[0] / SR / 60:.1f} | {wall / 60:.1f} | {np.mean(cpu):.0f} / {max(cpu):.0f} "
+        f"| {readings[0]['memory_mb']:.0f} / {readings[-1]['memory_mb']:.0f} "
+        f"| {slope_per_hour(readings):+.1f} | {np.median(first):.2f} / {np.median(last):.2f} "
+        f"| {max(r['behind'] for r in readings):.1f} | {readings[-1]['decodes']} "
+        f"| {'exact' if exact else 'LENGTH DIFFERS'} ({recorded.shape[0]} of {audio.shape[0]} "
+        f"samples, max diff {diff:.1e}) |"
+    )
+    if not args.no_compare:
+        options = TranscribeOptions()
+        offline = " ".join(s.text for s in transcribe_blocks(model, [audio], options))
+        print(f"live vs file path on the same audio: WER {wer(offline, live_text):.1%} "
+              f"({len(live_text.split())} vs {len(offline.split())} words)")  # fmt: skip
+    print(f"plot: {args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

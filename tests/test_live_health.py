@@ -1,0 +1,149 @@
+"""A live session's health figures and adaptive degradation, with real parts: the real tiny.en
+model, real capture through a PulseAudio null sink (its ring buffer's real overflows), real
+session files, and ``deskscribe live --stats`` in a subprocess."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from conftest import wer
+from deskscribe.audio.capture import Capture
+from deskscribe.audio.devices import find_device
+from deskscribe.audio.pushed import PushedCapture
+from deskscribe.audio.sessions import read_track
+from deskscribe.service.live import Adapted, HealthReport, LiveOptions, LiveSession
+from deskscribe.service.live.degrade import FULL, NO_INTERIM, DegradeOptions
+from test_live import TURNS, data_dir, gap, on_disk, played, run_session, turns, write_wav  # noqa: F401
+
+SR = 16000
+
+
+def push_in_real_time(capture: PushedCapture, audio: np.ndarray, block: float = 0.1) -> None:
+    n = int(block * SR)
+    began = time.monotonic()
+    for i in range(0, audio.shape[0], n):
+        capture.push(audio[i : i + n])
+        time.sleep(max(0.0, began + (i + n) / SR - time.monotonic()))
+
+
+def test_health_figures_come_from_the_ring_and_the_decoder(
+    pulse,
+    tiny_model,
+    turns,  # noqa: F811 (the fixture of test_live)
+    data_dir,  # noqa: F811
+    tmp_path,
+):
+    # A ring buffer far too small for the device's blocks: it refuses frames, and the health
+    # figures say how many (the same count the capture reports); decode times are measured.
+    monitor = pulse.add_null_sink("health_ring")
+    device = find_device("system", monitor)
+    capture = Capture("system", system=device, ring_seconds=0.01)
+    wav = write_wav(tmp_path / "talk.wav", np.concatenate([gap(0.3), turns[0], gap(1.0)]))
+    session = LiveSession(
+        tiny_model, LiveOptions(source="system", system=device, degrade=None), capture=capture
+    )
+    stopped, events = run_session(session, played(pulse, wav, "health_ring", session))
+    reports = [e.health for e in events if isinstance(e, HealthReport)]
+    assert len(reports) >= 3
+    last = reports[-1]
+    # The same counter the capture keeps (it went on counting until Stop).
+    assert 0 < last.overflows["system"] <= capture.overflows()["system"]
+    assert last.dropped_percent > 1.0 and any("input lost" in w for w in last.warnings)
+    assert last.decodes <= session.transcriber.decode_count  # (little speech got through)
+    assert last.memory_mb > 50 and last.model == tiny_model.name and last.device == "CPU"
+    assert "keeping up" in last.line() or "behind" in last.line()
+    # The session folder keeps every reading and a summary written at Stop.
+    lines = (stopped.folder / "health.jsonl").read_text().splitlines()
+    assert len(lines) >= len(reports)
+    assert json.loads(lines[0])["model"] == tiny_model.name
+    summary = json.loads((stopped.folder / "health-summary.json").read_text())
+    assert summary["decodes"] == session.transcriber.decode_count
+
+
+def test_behind_it_steps_down_says_so_loses_nothing_and_steps_back_up(
+    tiny_model,
+    turns,  # noqa: F811 (the fixture of test_live)
+    data_dir,  # noqa: F811
+):
+    # An artificial load: the real model, each encoder run held up by 1.2 s more.
+    slow = copy.copy(tiny_model)
+
+    def throttled(mel):
+        time.sleep(1.2)
+        return tiny_model.encode(mel)
+
+    slow.encode = throttled
+    audio = np.concatenate([gap(0.3), turns[0], gap(0.8), turns[1], gap(0.8), turns[2], gap(7)])
+    capture = PushedCapture(["system"])
+    options = LiveOptions(
+        source="system",
+        cpu_threads=0,
+        degrade=DegradeOptions(behind_s=1.0, hold_s=1.0, caught_up_s=0.5, recover_s=2.0),
+    )
+    session = LiveSession(slow, options, capture=capture)
+    session.start()
+    pusher = threading.Thread(target=push_in_real_time, args=(capture, audio))
+    pusher.start()
+    pusher.join()
+    session.stop()
+    transcript = session.wait(timeout=120)
+    events = []
+    while not session.events.empty():
+        events.append(session.events.get_nowait())
+    switches = [e for e in events if isinstance(e, Adapted)]
+    assert switches and switches[0].down and switches[0].level == NO_INTERIM, switches
+    assert any(not s.down and s.level == FULL for s in switches), "back up once caught up"
+    # Every sample was recorded and every word transcribed.
+    assert read_track(session.folder, "system").shape[0] == audio.shape[0]
+    text = " ".join(s.text for s in transcript.segments)
+    assert wer(" ".join(TURNS), text) < 0.25, text
+    # The switches are in the transcript's metadata and the health summary.
+    saved = json.loads((session.folder / "transcript.json").read_text())
+    assert [a["level"] for a in saved["live"]["adaptations"]] == [s.level for s in switches]
+    summary = json.loads((session.folder / "health-summary.json").read_text())
+    assert len(summary["adaptations"]) == len(switches)
+    # Decode times are measured: every pass took the held-up 1.2 s and more.
+    assert summary["decodes"] == session.transcriber.decode_count > 0
+    assert summary["decode_p99_ms"] >= summary["decode_p50_ms"] >= 1200
+    assert summary["behind_max_s"] > 1.0
+
+
+def test_cli_live_stats_prints_the_figures_once_a_second(
+    pulse,
+    tiny_fp32,
+    turns,  # noqa: F811 (the fixture of test_live)
+    data_dir,  # noqa: F811
+    tmp_path,
+):
+    monitor = pulse.add_null_sink("live_cli_stats")
+    wav = write_wav(tmp_path / "talk.wav", np.concatenate([gap(0.3), turns[0]]))
+    env = {**os.environ, "DESKSCRIBE_DATA_DIR": str(data_dir)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deskscribe", "live", "--source", "system", "--device", monitor,
+         "--model", str(tiny_fp32), "--no-speakers", "--stats", "--duration", "9"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stderr.readline()
+        while line and not line.startswith("recording"):
+            line = proc.stderr.readline()
+        pulse.play_recorded(wav, "live_cli_stats", on_disk(data_dir)).wait()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    stats = [x for x in err.splitlines() if x.startswith("stats: ")]
+    assert len(stats) >= 4, err
+    assert "decode p50/p95/p99" in stats[-1] and "CPU" in stats[-1] and "on CPU" in stats[-1]
+    decodes = [int(x.split(" ms (")[1].split(")")[0]) for x in stats]
+    assert decodes == sorted(decodes) and decodes[-1] > 0, stats
+    assert "morning" in out.lower(), out
