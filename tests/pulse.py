@@ -1,4 +1,5 @@
-"""A private PulseAudio server for capture tests (pytest plugin: ``pytest_plugins = ["pulse"]``).
+"""A private PulseAudio server for capture tests (pytest plugin: ``pytest_plugins = ["pulse"]``),
+and a private PipeWire one (`PipeWireServer`, `pipewire_server`) that offers the same methods.
 
 The session fixture ``pulse`` starts its own ``pulseaudio`` with no configuration (``-n``), only
 a native-protocol socket that accepts anonymous clients, with its runtime and state folders in a
@@ -243,6 +244,126 @@ class Played:
                 )
             time.sleep(0.02)
         assert self.proc.returncode == 0, self.proc.stderr.read()
+
+
+class PipeWireServer(PulseServer):
+    """PipeWire + WirePlumber + pipewire-pulse, as current desktops run them, private to the
+    tests: their own session bus (dbus-daemon; WirePlumber wants one), runtime, config and
+    state folders, so it needs no systemd, no login session and runs as root. Clients talk to
+    pipewire-pulse's socket through ``PULSE_SERVER`` exactly as to PulseAudio, so
+    `PulseServer`'s methods work unchanged (PipeWire implements the same pactl modules),
+    except `add_null_source`: pipewire-pulse has no module-null-source."""
+
+    TOOLS = ("dbus-daemon", "pipewire", "wireplumber", "pipewire-pulse", "pactl", "paplay")
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        run = folder / "run"
+        self.socket = run / "pulse" / "native"
+        self.env = {"PULSE_SERVER": f"unix:{self.socket}", "PULSE_COOKIE": self.env["PULSE_COOKIE"]}
+        bus = f"unix:path={run / 'bus'}"
+        self._daemon_env.update(
+            DBUS_SESSION_BUS_ADDRESS=bus,
+            XDG_STATE_HOME=str(folder / "home" / ".local" / "state"),
+            XDG_DATA_HOME=str(folder / "home" / ".local" / "share"),
+            PIPEWIRE_RUNTIME_DIR=str(run),
+        )
+        for key in ("PIPEWIRE_REMOTE", "DISPLAY", "WAYLAND_DISPLAY"):
+            self._daemon_env.pop(key, None)
+        self._processes: list[subprocess.Popen] = []
+
+    def _spawn(self, *args: str) -> subprocess.Popen:
+        log = open(self.folder / f"{Path(args[0]).name}.log", "wb")  # noqa: SIM115 (closed by the OS)
+        proc = subprocess.Popen(
+            args,
+            env=self._daemon_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self._processes.append(proc)
+        return proc
+
+    def _wait(self, what: str, ready: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not ready():
+            dead = [p.args[0] for p in self._processes if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                self.stop()
+                why = f"{dead} exited" if dead else f"no {what} in {_START_TIMEOUT_S} s"
+                raise RuntimeError(f"PipeWire did not start ({why}):\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def start(self) -> None:
+        run = self.folder / "run"
+        self._spawn("dbus-daemon", "--session", f"--address=unix:path={run / 'bus'}",
+                    "--nofork", "--nopidfile", "--nosyslog")  # fmt: skip
+        self._wait("session bus", (run / "bus").exists)
+        self._spawn("pipewire")
+        self._wait("pipewire socket", (run / "pipewire-0").exists)
+        self._spawn("wireplumber")
+        self._spawn("pipewire-pulse")
+        self._wait("pipewire-pulse", lambda: self._pactl("info", check=False).returncode == 0)
+        # WirePlumber links streams to devices; it is up once it has chosen a default sink.
+        self._wait("WirePlumber", lambda: "Default Sink: @" not in self._pactl("info").stdout)
+
+    def stop(self) -> None:
+        for proc in reversed(self._processes):
+            proc.terminate()
+        for proc in self._processes:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._processes = []
+
+    def log_tail(self, lines: int = 15) -> str:
+        out = []
+        for log in sorted(self.folder.glob("*.log")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log.name}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def add_null_source(self, name: str, rate: int = 48000) -> str:
+        """A silent source that is not a monitor: a remapped monitor of a sink no one plays."""
+        self.add_microphone(name, rate=rate)
+        return name
+
+
+@contextlib.contextmanager
+def pipewire_server() -> Iterator[PipeWireServer]:
+    """A running private PipeWire; PULSE_SERVER points the test process at it meanwhile
+    (and back at what it was after, e.g. the PulseAudio server of other test modules)."""
+    for tool in PipeWireServer.TOOLS:
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (PipeWire for capture tests): {_SETUP_HINT}")
+    try:
+        import sounddevice
+    except OSError:
+        pytest.skip(f"PortAudio (libportaudio2) is not installed: {_SETUP_HINT}")
+    server = PipeWireServer(Path(tempfile.mkdtemp(prefix="ds-pipewire-")))
+    saved = {key: os.environ.get(key) for key in (*server.env, "PULSE_SOURCE", "PULSE_SINK")}
+    try:
+        server.start()
+        os.environ.update(server.env)
+        os.environ.pop("PULSE_SOURCE", None)
+        os.environ.pop("PULSE_SINK", None)
+        _reinit_portaudio()
+        if not any(d["name"] == "pulse" for d in sounddevice.query_devices()):
+            pytest.skip(f"PortAudio has no ALSA 'pulse' device (libasound2-plugins): {_SETUP_HINT}")
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _reinit_portaudio()
+        shutil.rmtree(server.folder, ignore_errors=True)
 
 
 def _reinit_portaudio() -> None:

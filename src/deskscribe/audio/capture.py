@@ -277,7 +277,9 @@ class Capture:
             opened: list[InputCapture] = []
             try:
                 for t in self.tracks:
-                    capture = InputCapture(self.devices[t], self._ring_seconds)
+                    capture = (self.devices[t].opens_with or InputCapture)(
+                        self.devices[t], self._ring_seconds
+                    )
                     capture.start()
                     opened.append(capture)
             except BaseException:
@@ -419,7 +421,7 @@ class Capture:
             if not self._running:
                 self.devices[track] = device
                 return
-            new = InputCapture(device, self._ring_seconds)
+            new = (device.opens_with or InputCapture)(device, self._ring_seconds)
             new.start()
             old = self._inputs[track]
             old.stop()

@@ -9,10 +9,12 @@ Everything is opened through sounddevice (PortAudio); what differs per OS is how
   (see `capture.InputCapture`). The raw ``hw:`` devices are usually held by the sound server, so
   they are only offered when no sound server answers. Sources are listed live with pulsectl, so
   devices plugged in later show up without restarting PortAudio.
-- Windows: the PortAudio in sounddevice's wheels has no WASAPI loopback, so only inputs that
-  already carry the playback are offered: "Stereo Mix" (some sound drivers) or a virtual cable.
-  True WASAPI loopback needs PyAudioWPatch or SoundCard, which DeskScribe does not use yet.
-- macOS: PortAudio sees no loopback either; BlackHole, Loopback or Soundflower devices are.
+- Windows: the PortAudio in sounddevice's wheels has no WASAPI loopback, so system audio is
+  recorded natively by `loopback.wasapi` (PyAudioWPatch): the default output (following
+  Windows' default), the communications device of calls, and every other output. "Stereo
+  Mix" and virtual cables are offered after those. (Never run on Windows yet.)
+- macOS: PortAudio sees no loopback; BlackHole, Loopback or Soundflower devices are. The native
+  routes (process tap, ScreenCaptureKit) are only chosen and explained (`loopback.macos`).
 
 `system_audio_help()` says, per OS, what to install when nothing is found.
 """
@@ -28,7 +30,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..errors import DeskScribeError
+from .device_types import CaptureDeviceError, InputDevice
+
+__all__ = ["CaptureDeviceError", "InputDevice", "NoSystemAudioError"]
 
 KINDS = ("mic", "system")
 PULSE_DEVICE = "pulse"  # the ALSA device of libasound2-plugins that talks to the sound server
@@ -45,20 +49,6 @@ _LOOPBACK_NAMES = {
     "darwin": ("blackhole", "loopback", "soundflower"),
     "win32": ("stereo mix", "what u hear", "wave out mix", "cable output", "voicemeeter out"),
 }
-
-
-@dataclass(frozen=True)
-class InputDevice:
-    name: str  # what the user sees
-    kind: str  # "mic" | "system"
-    index: int | None  # sounddevice device index to open; None = PortAudio's default input
-    pulse_source: str | None  # Linux: PulseAudio source to set as PULSE_SOURCE while opening
-    channels: int
-    samplerate: float  # the device's native rate; the capture resamples to 16 kHz
-
-
-class CaptureDeviceError(DeskScribeError):
-    """An input device cannot be listed, found or opened; `str(err)` says what to do."""
 
 
 class NoSystemAudioError(CaptureDeviceError):
@@ -80,20 +70,16 @@ def system_audio_help(platform: str | None = None) -> str:
         )
     if platform == "win32":
         return (
-            "DeskScribe's audio library cannot record what Windows plays directly (no WASAPI "
-            "loopback in PortAudio). Either enable 'Stereo Mix' (Settings > System > Sound > "
-            "More sound settings > Recording, right-click > Show disabled devices) or install a "
-            "virtual audio cable (e.g. VB-Audio Virtual Cable), play through it and choose "
-            "'CABLE Output' as system audio."
+            "DeskScribe records what Windows plays through WASAPI loopback of an output "
+            "device (PyAudioWPatch): check that an output device (speakers or headphones) is "
+            "enabled in Settings > System > Sound, and reinstall DeskScribe if it says "
+            "PyAudioWPatch is missing. Alternatives: enable 'Stereo Mix' (More sound settings > "
+            "Recording, right-click > Show disabled devices) or a virtual audio cable."
         )
     if platform == "darwin":
-        return (
-            "macOS does not let apps record what it plays without a loopback device: install "
-            "BlackHole (free), then in Audio MIDI Setup create a Multi-Output Device (your "
-            "speakers + BlackHole) and play through it, or an Aggregate Device (microphone + "
-            "BlackHole, drift correction on). Choose BlackHole as system audio. (Capturing "
-            "without BlackHole needs macOS 14.4+ process taps, which DeskScribe does not use yet.)"
-        )
+        from .loopback.macos import native_route_help
+
+        return native_route_help()
     return "Recording system audio is not supported on this platform."
 
 
@@ -188,10 +174,25 @@ def _pulse_view(sd: ModuleType) -> _PulseView:
 
 @contextlib.contextmanager
 def pulse_source_selected(source: str | None) -> Iterator[None]:
-    """While open, streams opened on the ALSA pulse device record `source` (None: no change)."""
+    """While open, streams opened on the ALSA pulse device record `source` (None: no change).
+
+    Raises `CaptureDeviceError` when the server has no such source: PulseAudio then fails
+    the open, but PipeWire (pipewire-pulse) records its default source instead, so a device
+    unplugged since it was listed would quietly become another one.
+    """
     if source is None:
         yield
         return
+    present = PulseSourceWatch()
+    try:
+        names = present.sources()
+    finally:
+        present.close()
+    if names is not None and source not in names:
+        raise CaptureDeviceError(
+            f"Cannot open '{source}': the sound server has no such source (any more). It may "
+            "have been unplugged or switched off; choose another device."
+        )
     with _ENV_LOCK:
         old = os.environ.get("PULSE_SOURCE")
         os.environ["PULSE_SOURCE"] = source
@@ -304,7 +305,23 @@ def _discover(kind: str) -> tuple[list[InputDevice], str | None, str]:
     devices, default_index = _portaudio_inputs(sd)
     found = [d for d in devices if d.kind == kind]
     default = str(default_index) if default_index is not None else None
+    if kind == "system" and sys.platform == "win32":
+        native, why = _wasapi_loopbacks()
+        found = native + found
+        default = None  # the first: the default output, followed
     return found, default, why
+
+
+def _wasapi_loopbacks() -> tuple[list[InputDevice], str]:
+    """Windows: WASAPI loopback of the outputs (loopback.wasapi), or why there is none."""
+    from .loopback import wasapi
+
+    try:
+        return wasapi.devices_from(wasapi.listing()), ""
+    except CaptureDeviceError as e:
+        return [], str(e)
+    except OSError as e:  # PortAudio could not start
+        return [], f"Windows' audio devices could not be listed ({e})."
 
 
 def list_devices(kind: str) -> list[InputDevice]:

@@ -1,0 +1,140 @@
+"""Native system audio's pure parts: which loopback devices are offered (on PyAudioWPatch
+listings, tests/data/README.md), sample formats and downmix, and the macOS route and help.
+
+The OS calls behind them (PyAudioWPatch, pycaw, pyobjc) never ran here: there is no Windows
+or macOS machine; .github/workflows/test.yml runs this file on both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import load
+from deskscribe.audio.devices import system_audio_help
+from deskscribe.audio.loopback import formats, macos, wasapi
+
+DATA = Path(__file__).parent / "data"
+HEADSET = "Headset Earphone (Jabra Evolve2 65)"
+SPEAKERS = "Speakers (Realtek(R) Audio)"
+HDMI = "LG ULTRAGEAR (NVIDIA High Definition Audio)"
+
+
+def listing(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def test_default_output_first_then_the_call_device_then_every_output():
+    choices = wasapi.choose(listing("windows-laptop-headset.json"))
+    assert [c.role for c in choices[:2]] == ["default", "communications"]
+    default, calls = choices[0], choices[1]
+    assert default.output == SPEAKERS and "follows Windows" in default.name
+    assert calls.output == HEADSET and calls.name == f"{HEADSET} (calls)"
+    # Every output once more as itself; never an input, an MME or a DirectSound device.
+    assert sorted(c.output for c in choices[2:]) == sorted([SPEAKERS, HDMI])
+    assert all(c.index in (18, 19, 20) for c in choices)
+    # Native formats: shared-mode loopback opens only with the output's own channels/rate.
+    by_output = {c.output: c for c in choices}
+    assert (by_output[HDMI].channels, by_output[HDMI].samplerate) == (8, 48000.0)
+    assert (by_output[HEADSET].channels, by_output[HEADSET].samplerate) == (2, 16000.0)
+
+
+def test_call_device_that_is_the_default_is_offered_once():
+    choices = wasapi.choose(listing("windows-hdmi-default.json"))
+    assert choices[0].role == "default" and choices[0].output == HDMI
+    assert not any(c.role == "communications" for c in choices)
+    assert [c.name for c in choices].count(HDMI) == 1
+    assert len(choices) == 4  # the followed default + three outputs
+
+
+def test_devices_open_with_the_wasapi_backend():
+    devices = wasapi.devices_from(listing("windows-laptop-headset.json"))
+    assert all(d.kind == "system" and d.opens_with is wasapi.WasapiLoopback for d in devices)
+    assert devices[0].backend == "wasapi-default"
+    assert {d.backend for d in devices[1:]} == {"wasapi"}
+    # The device record stays comparable and hashable as before (the opener does not count).
+    assert devices[1] == devices[1].__class__(**{**devices[1].__dict__, "opens_with": None})
+    assert len(set(devices)) == len(devices)
+
+
+def test_no_wasapi_host_api_offers_nothing():
+    data = listing("windows-laptop-headset.json")
+    data["host_apis"] = [a for a in data["host_apis"] if "WASAPI" not in a["name"]]
+    assert wasapi.choose(data) == []
+
+
+def test_a_stream_names_the_output_it_records():
+    devices = wasapi.devices_from(listing("windows-laptop-headset.json"))
+    names = [wasapi.WasapiLoopback(d)._output for d in devices]
+    assert names[0] == SPEAKERS and names[1] == HEADSET
+    assert set(names[2:]) == {SPEAKERS, HDMI}
+
+
+# --------------------------------------------------------------------------- formats
+
+
+@pytest.fixture(scope="module")
+def speech() -> np.ndarray:
+    return load(DATA / "captured-speech.flac")
+
+
+def test_integer_and_float_samples_read_back(speech):
+    frames = np.stack([speech, -speech], axis=1)  # stereo, interleaved below
+    as_int16 = np.round(frames * 32767).astype("<i2")
+    got = formats.to_float(as_int16.tobytes(), "int16", 2)
+    assert got.shape == frames.shape and np.max(np.abs(got - frames)) < 1e-4
+    as_int24 = np.round(frames * 8388607).astype("<i4")
+    packed = as_int24.view(np.uint8).reshape(-1, 4)[:, :3].tobytes()
+    got = formats.to_float(packed, "int24", 2)
+    assert np.max(np.abs(got - frames)) < 1e-6
+    got = formats.to_float(frames.astype("<f4").tobytes() + b"\x01\x02", "float32", 2)
+    assert np.array_equal(got, frames)  # a trailing partial sample is dropped
+    with pytest.raises(ValueError, match="unknown sample format"):
+        formats.to_float(b"", "int8", 2)
+
+
+def test_downmix_keeps_a_voice_on_few_of_many_channels_at_its_level(speech):
+    surround = np.zeros((len(speech), 8), np.float32)  # HDMI 7.1: speech on the front pair
+    surround[:, 0] = surround[:, 1] = speech
+    assert np.allclose(formats.downmix(surround), speech)
+    one_side = np.zeros((len(speech), 2), np.float32)  # a headset playing the call left only
+    one_side[:, 0] = speech
+    assert np.allclose(formats.downmix(one_side), speech)
+    both = np.stack([speech, 0.5 * speech], axis=1)
+    assert np.allclose(formats.downmix(both), 0.75 * speech)
+    assert not formats.downmix(np.zeros((10, 6), np.float32)).any()
+
+
+def test_gap_filler_adds_the_silent_time_once():
+    gaps = formats.GapFiller(48000, started_at=100.0, hold_s=0.25)
+    gaps.arrived(100.5)
+    assert gaps.missing(100.6) == 0  # data is flowing
+    assert gaps.missing(101.5) == 48000  # a second without packets: a second of zeros
+    assert gaps.missing(101.6) == 0  # not again (held back until the hold passes)
+    assert gaps.missing(102.0) == 24000
+    gaps.arrived(102.01)
+    assert gaps.missing(102.1) == 0 and gaps.filled == 72000
+
+
+# --------------------------------------------------------------------------- macOS
+
+
+@pytest.mark.parametrize(
+    ("version", "route"),
+    [("15.1", "process-tap"), ("14.4", "process-tap"), ("14.3.1", "screencapturekit"),
+     ("13.0", "screencapturekit"), ("12.7.6", None), ("", None)],
+)  # fmt: skip
+def test_macos_route_by_version(version, route):
+    assert macos.native_route(macos.macos_version(version)) == route
+
+
+def test_macos_help_names_blackhole_and_the_route_not_used_yet():
+    text = macos.native_route_help((14, 5))
+    assert "BlackHole" in text and "process tap" in text and "14.5" in text
+    assert "ScreenCaptureKit" in macos.native_route_help((13, 6))
+    assert "does not use" not in macos.native_route_help((12, 7))
+    assert "BlackHole" in system_audio_help("darwin")
+    assert "WASAPI loopback" in system_audio_help("win32")
