@@ -263,3 +263,84 @@ def contractions_kept(reference: str, hypothesis: str) -> tuple[int, int]:
 
     ref, hyp = Counter(contractions(reference)), Counter(contractions(hypothesis))
     return sum(min(n, hyp[w]) for w, n in ref.items()), sum(ref.values())
+
+
+# --------------------------------------------------------------------------- speaker scoring
+
+
+def read_rttm(path: Path) -> dict[str, list[tuple[float, float, str]]]:
+    """Turns ``(start, end, speaker)`` of every file of an RTTM file, by file id."""
+    out: dict[str, list[tuple[float, float, str]]] = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) >= 8 and parts[0] == "SPEAKER":
+            start, dur = float(parts[3]), float(parts[4])
+            out.setdefault(parts[1], []).append((start, start + dur, parts[7]))
+    return out
+
+
+def read_uem(path: Path) -> dict[str, tuple[float, float]]:
+    """The scored span ``(start, end)`` of every file of a UEM file, by file id."""
+    out = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) >= 4:
+            out[parts[0]] = (float(parts[2]), float(parts[3]))
+    return out
+
+
+def ami_clips(eval_dir: Path) -> list[dict]:
+    """The AMI clips of ``eval_dir/ami`` that have audio: name, wav, reference turns, UEM."""
+    folder = eval_dir / "ami"
+    refs: dict[str, list] = {}
+    uems: dict[str, tuple[float, float]] = {}
+    for part in ("development", "train"):
+        refs.update(read_rttm(folder / f"debug.{part}.rttm"))
+        uems.update(read_uem(folder / f"debug.{part}.uem"))
+    return [
+        {"name": name, "path": folder / f"{name}.wav", "turns": refs[name], "uem": uems[name]}
+        for name in sorted(refs)
+        if (folder / f"{name}.wav").exists()
+    ]
+
+
+def pyannote_der(
+    reference, hypothesis, uem: tuple[float, float] | None = None, collar: float = 0.25
+) -> dict:
+    """DER as published figures score it: pyannote.metrics ``DiarizationErrorRate(collar,
+    skip_overlap=False)``, on ``uem`` (start, end) when given. Turns are ``(start, end,
+    speaker)``; returns the error and its parts as shares of the scored reference speech."""
+    from pyannote.core import Annotation, Segment, Timeline
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    def annotation(turns) -> Annotation:
+        ann = Annotation()
+        for i, (a, b, who) in enumerate(turns):
+            if b > a:
+                ann[Segment(float(a), float(b)), i] = str(who)
+        return ann
+
+    metric = DiarizationErrorRate(collar=collar, skip_overlap=False)
+    ref = annotation(reference)
+    if uem is None:
+        extent = ref.get_timeline().extent()
+        uem = (extent.start, extent.end)
+    parts = metric(ref, annotation(hypothesis), uem=Timeline([Segment(*uem)]), detailed=True)
+    total = max(parts["total"], 1e-9)
+    return {
+        "der": parts["diarization error rate"],
+        "missed": parts["missed detection"] / total,
+        "false_alarm": parts["false alarm"] / total,
+        "confusion": parts["confusion"] / total,
+        "scored_s": parts["total"],
+    }
+
+
+def word_turns(transcript) -> list[tuple[float, float, str]]:
+    """The words users see as turns: each word's span and speaker."""
+    return [
+        (w.start, w.end, w.speaker or "?")
+        for seg in transcript.segments
+        for w in seg.words
+        if w.end > w.start
+    ]

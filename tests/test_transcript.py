@@ -19,6 +19,7 @@ from deskscribe.transcript import (
     FORMATS,
     ExportExistsError,
     Segment,
+    SpeakerTurn,
     Transcript,
     Word,
     export,
@@ -408,3 +409,80 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_plain_text() -> None:
     assert rows[1][2:4] == ["'@admin", '\'=HYPERLINK("http://x","click")']
     assert rows[2][2:4] == ["Bob", "'-2+3"]
     assert rows[3][3] == "an equals sign = inside is fine"
+
+
+# --- who spoke when: turns and RTTM -----------------------------------------------------------
+
+
+def _with_turns() -> Transcript:
+    t = _transcript()
+    t.turns = [
+        SpeakerTurn(0.0, 4.3, "S1"),  # covers the pause between the first two segments
+        SpeakerTurn(59.9, 61.2, "S2"),
+        SpeakerTurn(3725.4, 3727.0, "S1"),
+        SpeakerTurn(3727.0, 3730.0, "S2"),
+    ]
+    return t
+
+
+def test_turns_round_trip_and_stay_out_of_json_without_them() -> None:
+    t = _with_turns()
+    data = json.loads(t.to_json())
+    assert data["turns"][1] == {"start": 59.9, "end": 61.2, "speaker": "S2"}
+    assert Transcript.from_json(t.to_json()) == t
+    assert "turns" not in _transcript().to_dict()  # older readers see what they saw before
+    assert Transcript.from_json(_transcript().to_json()).turns == []
+
+
+def test_merge_speakers_relabels_turns() -> None:
+    t = _with_turns()
+    t.merge_speakers("S2", "S1")
+    # the last two turns touch and now share a speaker: one turn
+    assert [(x.start, x.end, x.speaker) for x in t.turns] == [
+        (0.0, 4.3, "S1"),
+        (59.9, 61.2, "S1"),
+        (3725.4, 3730.0, "S1"),
+    ]
+
+
+def test_rttm_reads_back_with_pyannote_and_scores() -> None:
+    """Our RTTM is what standard tools read: pyannote.database parses it, and
+    pyannote.metrics scores it against the same turns with zero error."""
+    from pyannote.core import Annotation, Timeline
+    from pyannote.core import Segment as PSegment
+    from pyannote.database.util import load_rttm
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    t = _with_turns()
+    text = render(t, "rttm")
+    assert text.splitlines()[0].split() == [
+        "SPEAKER", "Team_meeting,_2024", "1", "0.000", "4.300", "<NA>", "<NA>", "Alice_Müller",
+        "<NA>", "<NA>",
+    ]  # fmt: skip
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"deskscribe-{os.getpid()}.rttm"
+    path.write_text(text, encoding="utf-8")
+    try:
+        loaded = load_rttm(path)
+    finally:
+        path.unlink()
+    ann = loaded["Team_meeting,_2024"]
+    assert sorted(ann.labels()) == ["Alice_Müller", "S2"]  # S2 has no name: its id
+    ref = Annotation()
+    for i, turn in enumerate(t.turns):
+        ref[PSegment(turn.start, turn.end), i] = turn.speaker
+    uem = Timeline([PSegment(0.0, 3731.0)])
+    assert DiarizationErrorRate(collar=0.0)(ref, ann, uem=uem) == pytest.approx(0.0, abs=1e-9)
+    assert ann.get_timeline().duration() == pytest.approx(1.3 + 4.3 + 1.6 + 3.0, abs=1e-6)
+
+
+def test_rttm_without_turns_uses_segments_and_without_speakers_is_empty() -> None:
+    t = _transcript()  # no diarization turns (channels mode, older files): segment runs
+    lines = [line.split() for line in render(t, "rttm").splitlines()]
+    assert [(x[3], x[4], x[7]) for x in lines] == [
+        ("0.000", "4.250", "Alice_Müller"),
+        ("60.000", "1.123", "S2"),  # 59.9996 s rounds to the millisecond first
+        ("3725.500", "1.501", "Alice_Müller"),
+        ("3727.001", "2.999", "S2"),
+    ]
+    bare = Transcript(segments=[Segment(0.0, 1.0, " hi")])
+    assert render(bare, "rttm") == ""

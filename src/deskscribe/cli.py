@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--format",
         default="txt",
-        help="comma-separated: txt,srt,vtt,json,md,csv,docx (default: txt)",
+        help="comma-separated: txt,srt,vtt,json,md,csv,docx,rttm (default: txt)",
     )
     t.add_argument("--output-dir", type=Path, help="where to write (default: next to each file)")
     t.add_argument("--overwrite", action="store_true", help="replace existing output files")
@@ -539,7 +539,9 @@ def _transcribe(args: argparse.Namespace) -> int:
 
 def _speaker_setup(args: argparse.Namespace, models):
     """(the speakers option, the speaker encoder) for --speakers, loaded now so that a missing
-    model is said before any work; None after saying why it cannot be."""
+    model is said before any work; None after saying why it cannot be. A speaker model that is
+    there but unusable (corrupt, of an unknown kind) is named, and the files are transcribed
+    without speaker labels: (None, None)."""
     from .models.store import ModelNotInstalledError
     from .speakers.diarize import parse_speakers
     from .speakers.encoder import SpeakerModelError
@@ -549,7 +551,10 @@ def _speaker_setup(args: argparse.Namespace, models):
         speakers = args.speakers or "auto"
         parse_speakers(speakers)
         encoder = models.speaker_encoder(args.device, args.speaker_model, quiet=False)
-    except (ValueError, ModelNotInstalledError, SpeakerModelError, DeviceError) as err:
+    except SpeakerModelError as err:
+        _err(f"{err}\nspeaker labels are off: the transcripts are written without them")
+        return None, None
+    except (ValueError, ModelNotInstalledError, DeviceError) as err:
         _err(str(err))
         return None
     if not args.quiet:

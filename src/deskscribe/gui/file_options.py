@@ -26,7 +26,7 @@ from .widgets import LanguageCombo
 from .workers import run_in_worker
 
 FORMAT_LABELS = {"txt": "Text", "srt": "SRT", "vtt": "WebVTT", "json": "JSON", "md": "Markdown",
-                 "csv": "CSV", "docx": "Word"}  # fmt: skip
+                 "csv": "CSV", "docx": "Word", "rttm": "RTTM"}  # fmt: skip
 NO_SPEAKER_MODEL = (
     "Telling voices apart needs a speaker model, and none is installed. Install one on the "
     "Models page. By channel needs none."

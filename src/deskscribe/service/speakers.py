@@ -3,7 +3,10 @@
 One place for "label the speakers of this file" (the file queue, ``deskscribe transcribe
 --speakers``, the server) and "label the speakers of this recording" (a live session at Stop).
 A broken profile file never costs the transcript: the voices then keep their "Speaker N" names
-and the caller is told why.
+and the caller is told why. Nor does a speaker model that fails while it runs: the words are
+kept without speaker labels, and the caller is told which model and why. Asking for more
+speakers than the recording holds (``--speakers 5`` on a two-person call) labels the voices
+found, not inventions, and says so.
 """
 
 from __future__ import annotations
@@ -15,10 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import Progress
+from ..errors import EngineError, Progress
 from ..speakers.assign import assign_speakers
-from ..speakers.diarize import DiarizeOptions, diarize, diarize_file
-from ..speakers.encoder import SpeakerEncoder
+from ..speakers.diarize import (
+    Diarization,
+    DiarizeOptions,
+    diarize,
+    transcribe_words,
+)
+from ..speakers.encoder import SpeakerEncoder, SpeakerModelError
 from ..speakers.profiles import ProfileError, apply_profiles, match_threshold_for
 from ..transcript import Transcript
 
@@ -59,12 +67,43 @@ def label_file(
 ) -> Transcript:
     """Transcribe ``path`` with word timestamps, label every word with its speaker and name
     the known voices. ``progress`` reports the "transcribe" stage in seconds of audio, then
-    "speakers" in windows embedded."""
-    result = diarize_file(
-        model, path, encoder, options, transcribe_options, progress=progress, cancel=cancel
+    "speakers" in windows embedded. When the speaker model fails, the transcript comes back
+    without labels and ``warn`` (else the log) says why; fewer voices than asked is said too."""
+    transcript, audio = transcribe_words(
+        model, path, transcribe_options, progress=progress, cancel=cancel
     )
-    name_known_voices(result.transcript, result.diarization.centroids, encoder, warn)
-    return result.transcript
+    try:
+        result = diarize(audio, encoder, options, progress=progress, cancel=cancel)
+    except (SpeakerModelError, EngineError, MemoryError) as err:
+        first = (str(err) or type(err).__name__).splitlines()[0][:300]
+        _say(warn, f"speaker labels not added: the speaker model {encoder.name} failed ({first})")
+        return transcript
+    note = fewer_than_asked(result, options)
+    if note:
+        _say(warn, note)
+    labelled = assign_speakers(transcript, result)
+    name_known_voices(labelled, result.centroids, encoder, warn)
+    return labelled
+
+
+def fewer_than_asked(result: Diarization, options: DiarizeOptions | None) -> str | None:
+    """What to tell the user when the recording holds fewer distinct voices than asked for
+    (diarization labels only the voices it can tell apart); None otherwise."""
+    wanted = options and (options.num_speakers or options.min_speakers)
+    found = len(result.speakers)
+    if not wanted or found >= wanted or not result.turns:
+        return None
+    return (
+        f"asked for {wanted} speakers, but only {found} distinct "
+        f"voice{'s' if found != 1 else ''} could be told apart; labelled {found}"
+    )
+
+
+def _say(warn: Callable[[str], None] | None, message: str) -> None:
+    if warn is not None:
+        warn(message)
+    else:
+        log.warning("%s", message)
 
 
 def label_recording(

@@ -2,7 +2,9 @@
 
 ``assign_speakers(transcript, turns)`` takes a ``Diarization`` (or any sequence of turns with
 ``start``, ``end`` and ``speaker``) and returns a copy of the transcript in which every word
-and segment carries a speaker id, with segments cut where the speaker changes. Speakers
+and segment carries a speaker id, with segments cut where the speaker changes, and the turns
+themselves are kept as ``Transcript.turns`` (who spoke when, pauses and unrecognised speech
+included: what the RTTM export and the JSON ``turns`` write). Speakers
 ``S1``, ``S2``, … without a name get "Speaker 1", "Speaker 2", … as display names.
 """
 
@@ -12,7 +14,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..transcript import Segment, Transcript, Word
+from ..transcript import Segment, SpeakerTurn, Transcript, Word
 
 
 class TurnLike(Protocol):
@@ -82,6 +84,7 @@ def assign_speakers(transcript: Transcript, turns) -> Transcript:
         source=transcript.source,
         model=transcript.model,
         speakers=dict(transcript.speakers),
+        turns=[SpeakerTurn(float(t.start), float(t.end), str(t.speaker)) for t in turn_list],
     )
     result.name_voices()
     return result

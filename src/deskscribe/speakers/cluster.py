@@ -27,8 +27,13 @@ DEFAULT_THRESHOLD = THRESHOLDS["resemblyzer"]
 DEFAULT_ONLINE_THRESHOLD = ONLINE_THRESHOLDS["resemblyzer"]
 
 
-def threshold_for(kind: str | None, online: bool = False) -> float:
-    """The clustering threshold for a speaker model kind (``SpeakerEncoder.kind``)."""
+def threshold_for(kind: str | None, online: bool = False, stored: dict | None = None) -> float:
+    """The clustering threshold for a speaker model: the one calibrated for this very model
+    and stored in its manifest (``stored``: ``SpeakerEncoder.thresholds``, written by
+    ``bench/speakers.py --calibrate``), else the table's for its kind (``SpeakerEncoder.kind``)."""
+    value = (stored or {}).get("online" if online else "cluster")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 2:
+        return float(value)
     table = ONLINE_THRESHOLDS if online else THRESHOLDS
     return table.get(kind or "", DEFAULT_ONLINE_THRESHOLD if online else DEFAULT_THRESHOLD)
 
@@ -145,6 +150,7 @@ def agglomerative(
     max_count: int | None = None,
     weights: np.ndarray | None = None,
     min_size: int = 1,
+    floor: float | None = None,
 ) -> np.ndarray:
     """Cluster labels (renumbered by first appearance) by average linkage on cosine distance.
 
@@ -153,6 +159,10 @@ def agglomerative(
     ``min_size`` items do not count as speakers: the dendrogram is cut where the wanted number
     of clusters has at least ``min_size`` items, and the items of smaller ones join the most
     similar large cluster (a cough, a laugh or a noisy stretch is not a new person).
+
+    ``floor`` (cosine distance) bounds what an asked-for count (``num``, ``min_count``) may
+    split: clusters closer than that are one voice, so five speakers asked of a two-person
+    call give the voices there are (fewer labels), not five made of noise.
     """
     x = normalize(embeddings)
     n = x.shape[0]
@@ -160,6 +170,10 @@ def agglomerative(
         return np.zeros(0, dtype=np.int64)
     merges = average_linkage(x, weights)
     k = count_for(merges, n, threshold, num, min_count, max_count)
+    k_cap = n
+    if floor is not None and (num is not None or min_count is not None) and len(merges):
+        k_cap = max(1, n - int(np.sum(merges[:, 2] <= floor)))
+        k = min(k, max(k_cap, count_for(merges, n, threshold)))
     if min_size <= 1:
         return cut(merges, n, k)
     want_lo = num if num is not None else (min_count or 1)
@@ -168,7 +182,7 @@ def agglomerative(
     large = _large(labels, min_size)
     if num is not None or len(large) < want_lo:
         # More clusters until enough of them are large (small ones do not count).
-        while len(large) < want_lo and k < n:
+        while len(large) < want_lo and k < k_cap:
             k += 1
             labels = cut(merges, n, k)
             large = _large(labels, min_size)

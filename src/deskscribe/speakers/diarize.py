@@ -1,9 +1,14 @@
 """Who spoke when in a file, and which words each speaker said.
 
 ``diarize``:
-1. Silero VAD speech regions (pauses of 0.3 s split them);
+1. Silero VAD speech regions (pauses of 0.3 s split them), at a speech threshold of 0.25,
+   not the transcriber's 0.5: far-field meeting speech scores low (AMI missed speech 31.7
+   -> 26.8 %), and a word the recogniser skips is still someone speaking. Options measured
+   and left off: a lenient ``extend_threshold`` that only adds frames to label, and
+   ``vad_level`` (the audio raised before the VAD);
 2. sliding windows over each region (the encoder's window, 1.6 s for Resemblyzer, half of it
-   as hop) and one embedding per window;
+   as hop; ``hop_ratio`` 0.25 found quiet participants on AMI but cost short replies their
+   speaker) and one embedding per window;
 3. clustering of the reliable windows only: at least ``min_window`` long and without a pause
    inside (a pause is where one voice may stop and another start; windows mixing two voices
    formed clusters of their own). Agglomerative by default, with clusters of fewer than
@@ -13,6 +18,12 @@
    quietest frame within ``snap_seconds`` (people pause or breathe when they take over);
    pieces shorter than ``min_turn`` inside a region given to a neighbour;
 5. turns, with ids ``S1``, ``S2``, … by first appearance, and each speaker's centroid.
+
+A fixed count or a minimum (``--speakers 5``) never splits clusters closer than
+``same_voice`` x the threshold: asked for more voices than there are, it labels the voices
+found (the caller says so), not noise. ``center`` (mean embedding out) and ``resegment``
+(Viterbi over the windows, ``resegment.py``) are options, off: measured, they did not help
+on both the meetings and the call (docs/architecture.md "Speakers").
 
 ``assign_speakers`` (in ``assign.py``, re-exported): every word gets the speaker whose turn
 overlaps it most (the nearest turn when none does), segments cut where the speaker changes.
@@ -24,7 +35,6 @@ call.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,7 +53,8 @@ from ..audio.vad import (
 )
 from ..errors import Cancelled, Progress
 from ..transcript import Transcript
-from . import cluster
+from . import cluster, resegment
+from . import turns as frames
 from .assign import assign_speakers
 
 __all__ = [
@@ -57,6 +68,7 @@ __all__ = [
     "diarize_file",
     "parse_speakers",
     "sliding_windows",
+    "transcribe_words",
 ]
 
 
@@ -95,9 +107,23 @@ class DiarizeOptions:
     refine: bool = True  # relabel every window by its nearest centroid after clustering
     max_cluster_items: int = 2000  # beyond this, runs of neighbouring windows are averaged
     snap_seconds: float = 0.5  # move a change point to the quietest VAD frame this close
+    # An asked-for count never splits clusters closer than this share of the threshold: they
+    # are one voice (``--speakers 5`` on a two-person call labels two, and says so).
+    same_voice: float = 0.95
+    # Speech detection on quiet recordings: the VAD hears the audio raised so that its loud
+    # frames reach this level (dBFS; never lowered, at most +30 dB; None: as recorded).
+    vad_level: float | None = None
+    center: bool = False  # take the recording's mean embedding out before clustering
+    resegment: bool = False  # Viterbi re-segmentation over the windows after clustering
+    switch_cost: float = 3.0  # its penalty (nats) for a speaker change between windows
+    temperature: float = 0.05  # its softmax temperature on cosine similarity
     vad: VadOptions = field(
-        default_factory=lambda: VadOptions(min_silence_ms=300, speech_pad_ms=120)
+        default_factory=lambda: VadOptions(threshold=0.25, min_silence_ms=300, speech_pad_ms=120)
     )
+    # Speech heard only at this lower VAD threshold is labelled too (None: off): far-field
+    # meeting speech scores low. Windows and turn cuts still come from ``vad``'s regions,
+    # where pauses between turns stay pauses.
+    extend_threshold: float | None = None
 
 
 @dataclass
@@ -161,23 +187,40 @@ def diarize(
     """Speaker turns of 16 kHz mono ``audio`` (see the module docstring)."""
     opt = options or DiarizeOptions()
     audio = np.asarray(audio, dtype=np.float32).reshape(-1)
-    probs = vad.probabilities(audio) if vad is not None else speech_probabilities(audio)
+    heard = _raised(audio, opt.vad_level)
+    probs = vad.probabilities(heard) if vad is not None else speech_probabilities(heard)
     regions = regions_from_probabilities(probs, audio.shape[0], opt.vad)
+    loose = _loose_regions(probs, audio.shape[0], opt, regions)
     window = round(encoder.window_seconds * SAMPLE_RATE)
-    windows = sliding_windows(regions, window, max(FRAME, int(window * opt.hop_ratio)))
+    hop = max(FRAME, int(window * opt.hop_ratio))
+    windows = sliding_windows(regions, window, hop)
+    if loose:  # speech only the lenient threshold hears gets windows of its own
+        windows = sorted(windows + sliding_windows(_unseen(loose, regions), window, hop))
     if not windows:
         return Diarization([], {})
     emb = _embed(audio, encoder, windows, progress, cancel)
     if opt.threshold is None:
         opt = dataclasses.replace(
-            opt, threshold=cluster.threshold_for(getattr(encoder, "kind", None))
+            opt,
+            threshold=cluster.threshold_for(
+                getattr(encoder, "kind", None), stored=getattr(encoder, "thresholds", None)
+            ),
         )
-    labels = _cluster(emb, windows, opt, _pause_inside(windows, probs, opt))
-    frame_labels = _frame_labels(regions, windows, labels, probs.shape[0])
+    x = resegment.center(emb) if opt.center else emb  # centroids below stay uncentred
+    labels = _cluster(x, windows, opt, _pause_inside(windows, probs, opt))
+    if opt.resegment:
+        gap = int(opt.vad.min_silence_ms * SAMPLE_RATE / 1000) + 2 * FRAME
+        labels = cluster.renumber(
+            resegment.viterbi(
+                x, labels, windows, temperature=opt.temperature, switch=opt.switch_cost, gap=gap
+            )
+        )
+    frame_labels = frames.frame_labels(loose, windows, labels, probs.shape[0], by_centre=True)
+    frames.frame_labels(regions, windows, labels, probs.shape[0], out=frame_labels)
     if opt.snap_seconds > 0:
-        _snap_changes(frame_labels, probs, int(opt.snap_seconds * SAMPLE_RATE / FRAME))
-    _absorb_short(frame_labels, emb, labels, int(opt.min_turn * SAMPLE_RATE / FRAME))
-    turns = _turns(frame_labels, audio.shape[0])
+        frames.snap_changes(frame_labels, probs, int(opt.snap_seconds * SAMPLE_RATE / FRAME))
+    frames.absorb_short(frame_labels, x, labels, int(opt.min_turn * SAMPLE_RATE / FRAME))
+    turns = frames.to_turns(frame_labels, audio.shape[0])
     # Ids by first appearance of the final turns; centroids from the windows of each label.
     order = list(dict.fromkeys(int(t[2]) for t in turns))
     ids = {lab: f"S{i + 1}" for i, lab in enumerate(order)}
@@ -187,6 +230,44 @@ def diarize(
         if np.any(labels == lab)
     }
     return Diarization([Turn(a, b, ids[int(lab)]) for a, b, lab in turns], centroids)
+
+
+def _loose_regions(probs, n_samples: int, opt: DiarizeOptions, strict) -> list[tuple[int, int]]:
+    """Speech regions at the lenient ``opt.extend_threshold`` ([] when off or not lower than
+    the VAD's own): they only add speech to label, the strict regions keep cutting windows."""
+    if opt.extend_threshold is None or opt.extend_threshold >= opt.vad.threshold:
+        return []
+    lenient = dataclasses.replace(opt.vad, threshold=opt.extend_threshold, neg_threshold=None)
+    return regions_from_probabilities(probs, n_samples, lenient)
+
+
+def _unseen(loose, strict) -> list[tuple[int, int]]:
+    """The lenient regions that overlap no strict region (both sorted, non-overlapping: the
+    one strict region that could overlap is the last one starting before the end)."""
+    starts = np.array([a for a, _ in strict])
+    ends = np.array([b for _, b in strict])
+    out = []
+    for a, b in loose:
+        i = int(np.searchsorted(starts, b)) - 1
+        if i < 0 or ends[i] <= a:
+            out.append((a, b))
+    return out
+
+
+def _raised(audio: np.ndarray, level: float | None, max_gain_db: float = 30.0) -> np.ndarray:
+    """``audio`` with a gain that brings its loud frames (the 95th percentile of 32 ms frame
+    RMS) to ``level`` dBFS, never lowered and at most ``max_gain_db``; clipped to [-1, 1]."""
+    if level is None or audio.shape[0] < FRAME:
+        return audio
+    n = audio.shape[0] // FRAME * FRAME
+    rms = np.sqrt(np.mean(audio[:n].reshape(-1, FRAME).astype(np.float64) ** 2, axis=1))
+    loud = float(np.percentile(rms, 95))
+    if loud <= 1e-6:
+        return audio
+    gain_db = min(max(level - 20 * np.log10(loud), 0.0), max_gain_db)
+    if gain_db <= 0.0:
+        return audio
+    return np.clip(audio * np.float32(10 ** (gain_db / 20)), -1.0, 1.0).astype(np.float32)
 
 
 def _embed(audio, encoder, windows, progress, cancel, batch: int = 64) -> np.ndarray:
@@ -266,91 +347,11 @@ def _cluster_some(emb: np.ndarray, chosen: np.ndarray, opt: DiarizeOptions):
             max_count=opt.max_speakers,
             weights=weights,
             min_size=opt.min_speaker_windows,
+            floor=None if opt.threshold is None else opt.threshold * opt.same_voice,
         )
     else:
         raise ValueError(f"unknown clustering method {opt.method!r}")
     return core, x, weights
-
-
-def _frame_labels(regions, windows, labels, n_frames: int) -> np.ndarray:
-    """Label of every VAD frame (-1 outside speech): the window whose centre is nearest."""
-    out = np.full(n_frames, -1, dtype=np.int64)
-    centres = np.array([(a + b) / 2 for a, b in windows])
-    starts = np.array([a for a, _ in windows])
-    ends = np.array([b for _, b in windows])
-    for a, b in regions:
-        inside = np.flatnonzero((starts >= a) & (ends <= b))
-        fa, fb = a // FRAME, min(n_frames, -(-b // FRAME))
-        mids = (np.arange(fa, fb) + 0.5) * FRAME
-        nearest = inside[np.argmin(np.abs(mids[:, None] - centres[inside][None, :]), axis=1)]
-        out[fa:fb] = labels[nearest]
-    return out
-
-
-def _snap_changes(frame_labels: np.ndarray, probs: np.ndarray, reach: int) -> None:
-    """Move each speaker change inside a speech region to the least speech-like frame within
-    ``reach`` frames: people leave a short pause (or a breath) when they take over."""
-    changes = np.flatnonzero(
-        (frame_labels[1:] != frame_labels[:-1]) & (frame_labels[1:] >= 0) & (frame_labels[:-1] >= 0)
-    )
-    for c in changes + 1:
-        left, right = int(frame_labels[c - 1]), int(frame_labels[c])
-        lo, hi = max(0, c - reach), min(len(frame_labels), c + reach)
-        # Stay within the two speakers' stretch around this change.
-        while lo < c and frame_labels[lo] != left:
-            lo += 1
-        while hi > c and frame_labels[hi - 1] != right:
-            hi -= 1
-        if hi - lo < 2:
-            continue
-        cut = lo + 1 + int(np.argmin(probs[lo + 1 : hi]))
-        frame_labels[lo:cut] = left
-        frame_labels[cut:hi] = right
-
-
-def _runs(frame_labels: np.ndarray) -> list[tuple[int, int, int]]:
-    """(first frame, end frame, label) of each run of equal labels, speech only."""
-    edges = np.flatnonzero(np.diff(frame_labels)) + 1
-    bounds = [0, *edges.tolist(), len(frame_labels)]
-    return [
-        (a, b, int(frame_labels[a])) for a, b in itertools.pairwise(bounds) if frame_labels[a] >= 0
-    ]
-
-
-def _absorb_short(frame_labels, emb, labels, min_frames: int) -> None:
-    """Runs shorter than ``min_frames`` between two speech neighbours join the neighbour whose
-    speaker is closer to the run's own windows (a speaker change needs time to show)."""
-    if min_frames <= 1:
-        return
-    centroids = {
-        int(lab): cluster.normalize(emb[labels == lab].mean(axis=0)) for lab in np.unique(labels)
-    }
-    for _ in range(3):
-        changed = False
-        for a, b, lab in sorted(_runs(frame_labels), key=lambda r: r[1] - r[0]):
-            if b - a >= min_frames or frame_labels[a] != lab:
-                continue
-            nbrs = []
-            if a > 0 and frame_labels[a - 1] >= 0:
-                nbrs.append(int(frame_labels[a - 1]))
-            if b < len(frame_labels) and frame_labels[b] >= 0:
-                nbrs.append(int(frame_labels[b]))
-            nbrs = [n for n in nbrs if n != lab]
-            if not nbrs:
-                continue  # a whole short utterance on its own: keep it
-            own = centroids[lab]
-            best = max(nbrs, key=lambda n: float(centroids[n] @ own))
-            frame_labels[a:b] = best
-            changed = True
-        if not changed:
-            break
-
-
-def _turns(frame_labels: np.ndarray, n_samples: int) -> list[tuple[float, float, int]]:
-    return [
-        (a * FRAME / SAMPLE_RATE, min(b * FRAME, n_samples) / SAMPLE_RATE, lab)
-        for a, b, lab in _runs(frame_labels)
-    ]
 
 
 # --------------------------------------------------------------------------- files
@@ -377,6 +378,23 @@ def diarize_file(
     timestamps are switched on). ``progress(done, total, stage)`` reports ``"transcribe"``
     in seconds of audio, then ``"speakers"`` in windows embedded.
     """
+    transcript, audio = transcribe_words(
+        model, path, transcribe_options, progress=progress, cancel=cancel
+    )
+    result = diarize(audio, encoder, options, progress=progress, cancel=cancel)
+    return DiarizedFile(assign_speakers(transcript, result), result)
+
+
+def transcribe_words(
+    model,
+    path: str | Path,
+    transcribe_options=None,
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> tuple[Transcript, np.ndarray]:
+    """The transcript of ``path`` with word timestamps, and its 16 kHz audio (the first half
+    of :func:`diarize_file`, for callers that keep the words when the speaker step fails)."""
     from ..audio.decode import decode_audio
     from ..whisper.transcribe import TranscribeOptions, TranscriptionInfo, transcribe_blocks
 
@@ -403,5 +421,4 @@ def diarize_file(
         source=str(path),
         model=model.name,
     )
-    result = diarize(audio, encoder, options, progress=progress, cancel=cancel)
-    return DiarizedFile(assign_speakers(transcript, result), result)
+    return transcript, audio

@@ -1,7 +1,8 @@
 """Speaker embeddings: a speaker model folder run by our ONNX Runtime wrapper.
 
-A speaker model folder holds ``manifest.json`` (``"task": "speaker-embedding"``, ``"kind"``)
-and one ONNX file. Two kinds:
+A speaker model folder holds ``manifest.json`` (``"task": "speaker-embedding"``, ``"kind"``,
+optionally ``"thresholds"``: the clustering thresholds measured for this model by
+``bench/speakers.py --calibrate``) and one ONNX file. Two kinds:
 
 * ``resemblyzer``: the voice encoder of the Resemblyzer wheel, converted by
   :mod:`deskscribe.speakers.convert` (mel power frames [B, T, 40] + lengths → [B, 256]).
@@ -71,8 +72,16 @@ def read_manifest(folder: Path) -> dict:
             f"{folder} is not a speaker model ({err}); install one with "
             "`deskscribe models install-speaker-starter` or `deskscribe models download wespeaker`"
         ) from None
-    if manifest.get("task") != TASK or manifest.get("kind") not in KINDS:
-        raise SpeakerModelError(f"{folder} holds no speaker model (its manifest is not one)")
+    if not isinstance(manifest, dict) or manifest.get("task") != TASK:
+        raise SpeakerModelError(
+            f'{folder / MANIFEST} is not a speaker model\'s manifest (no "task": "{TASK}"); '
+            "install the speaker model again with --overwrite"
+        )
+    if manifest.get("kind") not in KINDS:
+        raise SpeakerModelError(
+            f"{folder / MANIFEST}: speaker model kind {manifest.get('kind')!r} is not one this "
+            f"version knows ({', '.join(KINDS)}); update DeskScribe or install another model"
+        )
     return manifest
 
 
@@ -84,6 +93,10 @@ class SpeakerEncoder:
         self.manifest = read_manifest(self.folder)
         self.kind: str = self.manifest["kind"]
         self.name: str = self.manifest.get("name", self.folder.name)
+        # Thresholds measured for this model (bench/speakers.py --calibrate), used instead
+        # of the table's for its kind (cluster.threshold_for).
+        stored = self.manifest.get("thresholds")
+        self.thresholds: dict = stored if isinstance(stored, dict) else {}
         self.sample_rate: int = int(self.manifest.get("sample_rate", SAMPLE_RATE))
         if self.sample_rate != SAMPLE_RATE:
             raise SpeakerModelError(f"{self.folder}: only 16 kHz speaker models are supported")
@@ -99,7 +112,7 @@ class SpeakerEncoder:
             )
         self.runtime = Runtime(device=device, threads=threads)
         self._lock = threading.Lock()
-        self.session = self.runtime.open(self.onnx_path)
+        self.session = _open_checked(self.runtime, self.onnx_path)
         if self.kind == "resemblyzer":
             self.partial_frames = int(self.manifest.get("partial_frames", 160))
             self.window_seconds = self.partial_frames * features.HOP / SAMPLE_RATE  # 1.6 s
@@ -255,6 +268,22 @@ class SpeakerEncoder:
                         self.runtime.fall_back_to_cpu(str(err).splitlines()[0][:200])
                         self.session = self.runtime.open(self.onnx_path)
                 return fn(self.session)
+
+
+def _open_checked(runtime: Runtime, path: Path) -> ort.InferenceSession:
+    """An ONNX Runtime session on ``path``; a file that is not a readable ONNX model (cut
+    short, overwritten, another file under its name) is a :class:`SpeakerModelError` naming it,
+    not a device problem."""
+    from ..whisper.runtime import DeviceError
+
+    try:
+        return runtime.open(path)
+    except DeviceError:
+        detail = runtime.notes[-1] if runtime.notes else "ONNX Runtime cannot read it"
+        raise SpeakerModelError(
+            f"{path} is not a usable speaker model ({detail.splitlines()[0][:200]}); "
+            "install the speaker model again with --overwrite"
+        ) from None
 
 
 def _mono(audio: np.ndarray) -> np.ndarray:

@@ -66,7 +66,9 @@ class LiveSpeakerLabeller:
         self.tracks = tracks
         self.encoder = encoder
         if threshold is None and encoder is not None:
-            threshold = threshold_for(encoder.kind, online=True)
+            threshold = threshold_for(
+                encoder.kind, online=True, stored=getattr(encoder, "thresholds", None)
+            )
         self.clusterer = OnlineClusterer() if threshold is None else OnlineClusterer(threshold)
         self.run_gap, self.min_window, self.min_update = run_gap, min_window, min_update
         self._lock = threading.Lock()

@@ -1,7 +1,7 @@
-"""Transcript data model, its JSON round-trip, and exporters (TXT, SRT, VTT, JSON, MD, CSV, DOCX)."""
+"""Transcript data model, its JSON round-trip, and exporters (TXT, SRT, VTT, JSON, MD, CSV, DOCX, RTTM)."""
 
 from .export import FORMATS, ExportExistsError, export, format_clock, format_timestamp, render
-from .model import FORMAT_NAME, FORMAT_VERSION, Segment, Transcript, Word
+from .model import FORMAT_NAME, FORMAT_VERSION, Segment, SpeakerTurn, Transcript, Word
 
 __all__ = [
     "FORMATS",
@@ -9,6 +9,7 @@ __all__ = [
     "FORMAT_VERSION",
     "ExportExistsError",
     "Segment",
+    "SpeakerTurn",
     "Transcript",
     "Word",
     "export",

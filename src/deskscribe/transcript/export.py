@@ -1,4 +1,4 @@
-"""Export a :class:`Transcript` to TXT, SRT, VTT, JSON, Markdown, CSV or DOCX.
+"""Export a :class:`Transcript` to TXT, SRT, VTT, JSON, Markdown, CSV, DOCX or RTTM.
 
 ``render`` builds the file contents in memory (``str``, or ``bytes`` for DOCX); ``export``
 writes them atomically (temp file in the same folder, fsync, rename) and never replaces an
@@ -12,6 +12,10 @@ Speaker labels are shown by display name (``Transcript.speaker_name``). Conventi
 - Markdown and DOCX: one paragraph per segment, ``[MM:SS] Name: text`` (the name in bold).
 - SRT/VTT/CSV: one cue/row per segment. Segments with empty text are
   left out of SRT/VTT (an empty cue breaks players), kept elsewhere.
+- RTTM (NIST's who-spoke-when format, what diarization scorers read): one ``SPEAKER`` line
+  per diarization turn (``Transcript.turns``; without turns, per run of same-speaker
+  segments), the file id from the source's name, speakers by display name with whitespace
+  as ``_``. A transcript without speakers gives an empty file.
 - Times are rounded to the millisecond first, then split into fields, so 59.9996 s is
   ``00:01:00.000``, never a 60-second field. Negative times are clamped to 0.
 """
@@ -30,7 +34,7 @@ from ..errors import DeskScribeError
 from ..fsutil import write_atomic
 from .model import Segment, Transcript
 
-FORMATS = ("txt", "srt", "vtt", "json", "md", "csv", "docx")
+FORMATS = ("txt", "srt", "vtt", "json", "md", "csv", "docx", "rttm")
 _ALIASES = {"markdown": "md", "text": "txt", "webvtt": "vtt"}
 # Characters XML 1.0 (and so DOCX) cannot hold: C0 controls other than tab/newline/CR.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -210,6 +214,35 @@ def _render_csv(transcript: Transcript) -> str:
     return buf.getvalue()
 
 
+def _rttm_field(text: str, default: str) -> str:
+    return re.sub(r"\s+", "_", text.strip()) or default
+
+
+def _render_rttm(transcript: Transcript) -> str:
+    file_id = _rttm_field(Path(transcript.source).stem if transcript.source else "", "audio")
+    if transcript.turns:
+        spans = [(t.start, t.end, t.speaker) for t in transcript.turns]
+    else:
+        spans = []
+        for seg in transcript.segments:
+            if seg.speaker is None or seg.end <= seg.start:
+                continue
+            if spans and spans[-1][2] == seg.speaker:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], seg.end), seg.speaker)
+            else:
+                spans.append((seg.start, seg.end, seg.speaker))
+    lines = []
+    for start, end, who in spans:
+        a, b = _ms(start), _ms(end)
+        if b <= a:
+            continue
+        name = _rttm_field(transcript.speaker_name(who), "speaker")
+        lines.append(
+            f"SPEAKER {file_id} 1 {a / 1000:.3f} {(b - a) / 1000:.3f} <NA> <NA> {name} <NA> <NA>\n"
+        )
+    return "".join(lines)
+
+
 def _render_docx(transcript: Transcript) -> bytes:
     import docx  # python-docx; imported here so the model stays light to import
     from docx.shared import RGBColor
@@ -265,6 +298,8 @@ def render(transcript: Transcript, fmt: str, *, timestamps: bool = False) -> str
         return _render_md(transcript)
     if key == "csv":
         return _render_csv(transcript)
+    if key == "rttm":
+        return _render_rttm(transcript)
     return _render_docx(transcript)
 
 

@@ -111,11 +111,31 @@ def default_speaker_name(speaker_id: str) -> str:
 
 
 @dataclass
+class SpeakerTurn:
+    """Who spoke when, as diarization found it: a span of speech and its speaker id. Unlike
+    word spans, turns cover the pauses inside a turn and speech the recogniser skipped."""
+
+    start: float
+    end: float
+    speaker: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": float(self.start), "end": float(self.end), "speaker": self.speaker}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpeakerTurn:
+        return cls(start=float(data["start"]), end=float(data["end"]), speaker=str(data["speaker"]))
+
+
+@dataclass
 class Transcript:
     """A whole transcript: segments plus what it came from.
 
     ``speakers`` maps speaker ids used in segments/words (``"S1"``) to display names
-    (``"Alice"``); ids without an entry are shown as the id itself.
+    (``"Alice"``); ids without an entry are shown as the id itself. ``turns`` holds the
+    diarization itself (who spoke when, in time order) when speakers were labelled by voice;
+    it is empty otherwise. The JSON form writes ``turns`` only when there are some, so
+    transcripts without them read and write as before.
     """
 
     segments: list[Segment]
@@ -124,6 +144,7 @@ class Transcript:
     source: str | None = None
     model: str | None = None
     speakers: dict[str, str] = field(default_factory=dict)
+    turns: list[SpeakerTurn] = field(default_factory=list)
 
     def name_voices(self) -> None:
         """Give voice speakers without a name ("S1", "S2", …) their default ("Speaker 1", …)."""
@@ -182,13 +203,14 @@ class Transcript:
         if into_id not in self.speakers and from_id in self.speakers:
             self.speakers[into_id] = self.speakers[from_id]
         self.speakers.pop(from_id, None)
+        self.turns = _merged_turns(self.turns, from_id, into_id)
         if join and touched:
             self.segments = _join_touching(self.segments, touched)
 
     # --- serialization ---------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "language": self.language,
@@ -198,6 +220,9 @@ class Transcript:
             "speakers": dict(self.speakers),
             "segments": [s.to_dict() for s in self.segments],
         }
+        if self.turns:
+            out["turns"] = [t.to_dict() for t in self.turns]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Transcript:
@@ -233,6 +258,7 @@ class Transcript:
                 source=_opt_str(data.get("source")),
                 model=_opt_str(data.get("model")),
                 speakers={str(k): str(v) for k, v in speakers.items()},
+                turns=[SpeakerTurn.from_dict(t) for t in data.get("turns") or []],
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
@@ -250,6 +276,18 @@ class Transcript:
         except json.JSONDecodeError as e:
             raise ValueError(f"not a DeskScribe transcript: invalid JSON ({e})") from e
         return cls.from_dict(data)
+
+
+def _merged_turns(turns: list[SpeakerTurn], from_id: str, into_id: str) -> list[SpeakerTurn]:
+    """``turns`` with ``from_id`` relabelled ``into_id``, touching turns of one speaker joined."""
+    out: list[SpeakerTurn] = []
+    for t in turns:
+        who = into_id if t.speaker == from_id else t.speaker
+        if out and out[-1].speaker == who and t.start - out[-1].end <= JOIN_GAP:
+            out[-1] = SpeakerTurn(out[-1].start, max(out[-1].end, t.end), who)
+        else:
+            out.append(SpeakerTurn(t.start, t.end, who))
+    return out
 
 
 def _join_touching(segments: list[Segment], touched: set[int]) -> list[Segment]:

@@ -1,0 +1,180 @@
+"""The speaker bench's tools: ``--calibrate`` (a speaker model's clustering threshold from the
+dev sets, stored in its manifest) and ``--long`` (an hour of reappearing real voices).
+
+Run through ``bench/speakers.py``; see its docstring and bench/README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import conversations as cv
+from common import ami_clips, cpu_seconds, markdown_table, peak_rss_mb, pyannote_der
+
+EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _speakers_in(turns, uem) -> int:
+    lo, hi = uem if uem is not None else (-1e9, 1e9)
+    return len({t[2] for t in turns if min(t[1], hi) - max(t[0], lo) > 0})
+
+
+class CachedEncoder:
+    """A speaker encoder whose window embeddings are remembered per (recording, windows), so
+    that a threshold sweep embeds each recording once. Carries no stored thresholds: the
+    sweep sets them explicitly."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder, self.kind, self.name = encoder, encoder.kind, encoder.name
+        self.window_seconds = encoder.window_seconds
+        self.thresholds: dict = {}
+        self._memo: dict = {}
+
+    def embed_windows(self, audio: np.ndarray, windows) -> np.ndarray:
+        key = (audio.__array_interface__["data"][0], audio.shape[0], tuple(map(tuple, windows)))
+        if key not in self._memo:
+            self._memo[key] = self.encoder.embed_windows(audio, windows)
+        return self._memo[key]
+
+
+def calibrate(sets: list[dict], encoder, folder: Path) -> float:
+    """The clustering threshold that gives the lowest DER over the dev sets, stored in the
+    speaker model's manifest (``"thresholds"``), where ``SpeakerEncoder`` reads it.
+
+    Each group (the synthetic conversations, the call, the AMI clips) counts as one: the
+    objective is the mean of the groups' mean DERs, so eleven AMI clips do not outvote the
+    call. Ties go to the threshold nearer the middle of the best run."""
+    from deskscribe.speakers import cluster
+    from deskscribe.speakers.diarize import DiarizeOptions, diarize
+
+    cached = CachedEncoder(encoder)
+    base = cluster.threshold_for(encoder.kind)
+    grid = [round(base * f, 3) for f in np.linspace(0.7, 1.4, 15)]
+    groups: dict[str, list[dict]] = {}
+    for s in sets:
+        group = "synthetic" if s["synthetic"] else s["name"].split(" ")[0]
+        groups.setdefault(group, []).append(s)
+    table_rows, objective = [], []
+    for thr in grid:
+        row, means = [f"{thr:.3f}"], []
+        for group, members in groups.items():
+            ders, counts = [], 0
+            for s in members:
+                d = diarize(s["audio"], cached, DiarizeOptions(threshold=thr))
+                ders.append(pyannote_der(s["turns"], d.turns, s.get("uem"))["der"])
+                found, truth = (
+                    _speakers_in(d.turns, s.get("uem")),
+                    _speakers_in(s["turns"], s.get("uem")),
+                )
+                counts += abs(found - truth) <= (1 if group == "ami" else 0)
+            means.append(float(np.mean(ders)))
+            row.append(f"{pct(means[-1])} ({counts}/{len(members)})")
+        objective.append(float(np.mean(means)))
+        table_rows.append([*row, pct(objective[-1])])
+        print(f"  threshold {thr:.3f}: {pct(objective[-1])} %", file=sys.stderr)
+    print("\ncalibration (mean DER % (count right) per group; objective: mean of groups):\n")
+    print(markdown_table(["threshold", *groups, "objective %"], table_rows))
+    best = min(objective)
+    run = [i for i, o in enumerate(objective) if o <= best + 1e-9]
+    chosen = grid[run[len(run) // 2]]
+    store_thresholds(
+        folder,
+        {
+            "cluster": chosen,
+            "calibration": {
+                "by": "bench/speakers.py --calibrate",
+                "objective_der": round(best, 4),
+                "groups": {g: len(m) for g, m in groups.items()},
+                "date": time.strftime("%Y-%m-%d"),
+            },
+        },
+    )
+    print(f"\nstored in {folder / 'manifest.json'}: cluster threshold {chosen:.3f}")
+    return chosen
+
+
+def store_thresholds(folder: Path, thresholds: dict) -> None:
+    """Write ``thresholds`` into the speaker model's manifest (atomically: a reader never
+    sees half a manifest)."""
+    path = Path(folder) / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest["thresholds"] = thresholds
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    tmp.replace(path)
+
+
+LONG_PIECES = ("dev01", "trn03", "trn09", "trn06")
+
+
+def long_recording(minutes: float) -> tuple[np.ndarray, list, list[str]]:
+    """A ``minutes``-long recording of real voices reappearing: the call and the annotated
+    30 s of four AMI meetings, each back again and again in a shuffled order (the same voice
+    minutes apart), and its reference turns (AMI speaker ids are the same person across
+    clips). Returns (audio, turns, piece names in order)."""
+    from deskscribe.audio.decode import decode_audio
+
+    sr = 16000
+    pieces = [
+        (
+            "call",
+            decode_audio(EVAL / "two-speakers.wav")[: 30 * sr],
+            cv.read_rttm(EVAL / "two-speakers.rttm"),
+        )
+    ]
+    clips = {c["name"]: c for c in ami_clips(EVAL)}
+    for name in LONG_PIECES:
+        pieces.append((name, decode_audio(clips[name]["path"])[: 30 * sr], clips[name]["turns"]))
+    n = max(len(pieces), round(minutes * 2))
+    order = np.random.default_rng(0).permutation(np.resize(np.arange(len(pieces)), n))
+    parts, ref, names, offset = [], [], [], 0.0
+    for i in order:
+        name, audio, turns = pieces[i]
+        parts.append(audio)
+        names.append(name)
+        ref += [(a + offset, min(b, 30.0) + offset, w) for a, b, w in turns if a < 30.0]
+        offset += audio.shape[0] / sr
+    return np.concatenate(parts), ref, names
+
+
+def measure_long(minutes: float, encoder) -> None:
+    """Speaker count, DER against the per-piece mean, time per audio minute and peak memory
+    of diarization alone on a long recording (run without Whisper loaded, so the peak is the
+    speaker step's)."""
+    from deskscribe.speakers.diarize import diarize
+
+    audio, ref, names = long_recording(minutes)
+    length = audio.shape[0] / 16000
+    piece_ders = []
+    for k, name in enumerate(dict.fromkeys(names)):
+        i = names.index(name)
+        seg = audio[i * 30 * 16000 : (i + 1) * 30 * 16000]
+        turns = [(a - 30 * i, b - 30 * i, w) for a, b, w in ref if 30 * i <= a < 30 * (i + 1)]
+        piece_ders.append(pyannote_der(turns, diarize(seg, encoder).turns, (0.0, 30.0))["der"])
+        print(f"  piece {k} {name}: DER {pct(piece_ders[-1])} %", file=sys.stderr)
+    rss0 = peak_rss_mb()
+    start, cpu = time.perf_counter(), cpu_seconds()
+    result = diarize(audio, encoder)
+    wall, used = time.perf_counter() - start, cpu_seconds() - cpu
+    score = pyannote_der(ref, result.turns, (0.0, length))
+    truth = len({w for *_, w in ref})
+    print(markdown_table(
+        ["audio", "speakers", "DER %", "missed / FA / confusion %", "per-piece mean DER %",
+         "s / audio min", "CPU s / audio min", "peak RSS MiB (before)"],
+        [[f"{length / 60:.1f} min", f"{len(result.speakers)}/{truth}", pct(score["der"]),
+          f"{pct(score['missed'])} / {pct(score['false_alarm'])} / {pct(score['confusion'])}",
+          pct(float(np.mean(piece_ders))), f"{wall / (length / 60):.2f}",
+          f"{used / (length / 60):.2f}", f"{peak_rss_mb():.0f} ({rss0:.0f})"]],
+    ))  # fmt: skip
