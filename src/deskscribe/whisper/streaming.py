@@ -245,10 +245,13 @@ class OnlineTranscriber:
 
     @property
     def step_samples(self) -> int:
-        """New audio an interim pass waits for: ``step_seconds``, longer while passes are slow."""
+        """New audio an interim pass waits for: ``step_seconds``, longer while passes are slow.
+        Not while the utterance's language is still open: it is decided on the first pass
+        with ``LANGUAGE_SECONDS`` of audio, and a longer first pass moved that decision (a
+        German utterance after an English one was decided on 2 s and came out English)."""
         opt = self.options
         step = opt.step_seconds
-        if opt.decode_share > 0 and self._pass_seconds:
+        if opt.decode_share > 0 and self._pass_seconds and self._language_decided:
             step = min(max(step, self._pass_seconds / opt.decode_share), opt.max_step_seconds)
         return int(step * SAMPLE_RATE)
 
