@@ -109,10 +109,6 @@ class SharedBatches:
             with self._lock:
                 self._members -= 1
 
-    @property
-    def members(self) -> int:
-        return self._members
-
     def _idle_peers(self, group: _Group) -> int:
         """Members outside ``group`` that are not decoding now: they may call soon."""
         inside = group.owners()
