@@ -333,17 +333,24 @@ class PipeWireServer(PulseServer):
         return name
 
 
-@contextlib.contextmanager
-def pipewire_server() -> Iterator[PipeWireServer]:
-    """A running private PipeWire; PULSE_SERVER points the test process at it meanwhile
-    (and back at what it was after, e.g. the PulseAudio server of other test modules)."""
-    for tool in PipeWireServer.TOOLS:
+def _require(tools, server: str):
+    """Skip unless ``tools`` (the sound server's programs) and PortAudio are installed; the
+    sounddevice module."""
+    for tool in tools:
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (PipeWire for capture tests): {_SETUP_HINT}")
+            pytest.skip(f"{tool} is not installed ({server} for capture tests): {_SETUP_HINT}")
     try:
         import sounddevice
     except OSError:
         pytest.skip(f"PortAudio (libportaudio2) is not installed: {_SETUP_HINT}")
+    return sounddevice
+
+
+@contextlib.contextmanager
+def pipewire_server() -> Iterator[PipeWireServer]:
+    """A running private PipeWire; PULSE_SERVER points the test process at it meanwhile
+    (and back at what it was after, e.g. the PulseAudio server of other test modules)."""
+    sounddevice = _require(PipeWireServer.TOOLS, "PipeWire")
     server = PipeWireServer(Path(tempfile.mkdtemp(prefix="ds-pipewire-")))
     saved = {key: os.environ.get(key) for key in (*server.env, "PULSE_SOURCE", "PULSE_SINK")}
     try:
@@ -383,13 +390,7 @@ _saved_env: dict[str, str | None] = {}
 
 def _start_shared() -> PulseServer:
     global _shared, _saved_env
-    for tool in ("pulseaudio", "pactl", "paplay"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (PulseAudio for capture tests): {_SETUP_HINT}")
-    try:
-        import sounddevice
-    except OSError:
-        pytest.skip(f"PortAudio (libportaudio2) is not installed: {_SETUP_HINT}")
+    sounddevice = _require(("pulseaudio", "pactl", "paplay"), "PulseAudio")
     server = PulseServer(Path(tempfile.mkdtemp(prefix="ds-pulse-")))
     _saved_env = {key: os.environ.get(key) for key in (*server.env, "PULSE_SOURCE", "PULSE_SINK")}
     _shared = server
