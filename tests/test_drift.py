@@ -68,3 +68,27 @@ def test_a_200_ppm_track_stays_within_20_ms_over_20_minutes():
     end = int((MINUTES - 0.2) * 60 * SR)
     late = lag_samples(speech, uncorrected, end) / SR
     assert abs(late - (MINUTES - 0.2) * 60 * PPM * 1e-6) < 0.02, late
+
+
+def test_jittery_counts_of_one_clock_do_not_stretch_the_track():
+    """Two devices on one clock that deliver in bursts: a few seconds of counts then give
+    slopes hundreds of ppm off (as PulseAudio's and PipeWire's null sinks do here). The
+    corrector must wait until its estimate is sure instead of stretching by that."""
+    seconds = 60
+    speech = speech_loop(seconds)
+    rng = np.random.default_rng(7)
+    quantum = 341  # 1024 frames at 48 kHz, in 16 kHz samples: what a sound server hands over
+    corrector = DriftCorrector()
+    out, taken, applied = [], 0, []
+    for i in range(seconds * SR // BLOCK):
+        now = (i + 1) * BLOCK
+        # Each device's audio reaches us up to 80 ms late, in whole quanta, independently.
+        mic_total = max(0, (now - int(rng.uniform(0, 0.08) * SR)) // quantum * quantum)
+        due = max(taken, (now - int(rng.uniform(0, 0.08) * SR)) // quantum * quantum)
+        out.append(corrector.process(speech[taken:due], mic_total))
+        taken = due
+        applied.append(corrector.ppm)
+    corrected = np.concatenate(out)
+    assert max(abs(p) for p in applied) < 50, max(applied, key=abs)
+    # Nothing was stretched: the speech sits where it was, to the sample, at the end too.
+    assert all(abs(lag_samples(speech, corrected, int(s * SR))) <= 16 for s in (10, 30, 55))
