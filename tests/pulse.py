@@ -298,6 +298,21 @@ class PipeWireServer(PulseServer):
 
     def start(self) -> None:
         run = self.folder / "run"
+        # Desktops run PipeWire's graph on a real-time thread (RTKit); here it has none and
+        # shares 2 cores with the test, so at the default 256-frame (5 ms) minimum quantum it
+        # misses deadlines and the null sinks render with 256-frame jumps (parecord records
+        # them too). A 1024-frame minimum (21 ms, the graph's own default quantum) keeps the
+        # rendering whole; it changes nothing DeskScribe sees but when its blocks arrive.
+        config = self.folder / "home" / ".config"
+        for name, section, values in (
+            ("pipewire.conf.d", "context.properties", "default.clock.min-quantum = 1024"),
+            ("pipewire-pulse.conf.d", "pulse.properties",
+             "pulse.min.req = 1024/48000\n    pulse.min.quantum = 1024/48000"),
+        ):  # fmt: skip
+            (config / "pipewire" / name).mkdir(parents=True, exist_ok=True)
+            (config / "pipewire" / name / "deskscribe-tests.conf").write_text(
+                f"{section} = {{\n    {values}\n}}\n"
+            )
         self._spawn("dbus-daemon", "--session", f"--address=unix:path={run / 'bus'}",
                     "--nofork", "--nopidfile", "--nosyslog")  # fmt: skip
         self._wait("session bus", (run / "bus").exists)

@@ -28,11 +28,23 @@ from deskscribe.audio.devices import (
     list_devices,
 )
 
-# Normalised cross-correlation of a capture with the clip that was played. Through PulseAudio
-# (22.05 kHz -> 48 kHz stereo, speex resampler) and back (soxr -> 16 kHz) the clips measure
-# 0.987 to 0.9999 against themselves resampled by FFmpeg (the loss is at the band edge, where
-# the two resamplers' filters differ); against the other sentences they measure below 0.07.
-SAME_CLIP = 0.9
+# How a capture is compared with the clip that was played (`heard`): the clip is cut into
+# eighth-of-a-second pieces, and each piece with speech in it is looked for where the one before it
+# was found, give or take 15 ms; its score is the normalised cross-correlation there. Through
+# PulseAudio (22.05 kHz -> 48 kHz stereo, speex resampler) and back (soxr -> 16 kHz) every
+# piece scores 0.7 or more, most 0.95-1.0 (the loss is at the band edge, where the two
+# resamplers' filters differ, and in the quietest pieces); pieces of the other sentences score
+# below 0.4. The slack is for the sound
+# server, not for us: PipeWire on this 2-core VM renders its null sinks with a 256-frame
+# (5.3 ms) jump now and then, and parecord, recording the same monitor beside DeskScribe,
+# holds the same jumps at the same places (measured 2026-12-01). One jump in the middle of a
+# clip drops a whole-clip correlation from 0.99 to about 0.6 while the pieces still score as
+# before, but for the one the jump falls in. A piece of our own recording lost or out of place (a dropped block, the wrong
+# device, junk, silence) still scores near 0 and counts as not heard.
+PIECE_S = 0.125
+PIECE_SLACK_S = 0.015
+PIECE_HEARD = 0.7  # a piece scoring this much is the clip's piece
+SAME_CLIP = 0.85  # the share of a clip's speech pieces a recording of it must hold
 OTHER_CLIP = 0.3
 QUIET_DB = -60.0  # a null sink's silence is digital zero; anything near it is "silent"
 MAX_SKEW_S = 0.5  # Capture's default max_skew: the alignment it promises between tracks
@@ -117,6 +129,41 @@ def find_clip(audio: np.ndarray, clip: np.ndarray) -> tuple[int, float]:
     return lag, float(scores[lag])
 
 
+def correlation(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    return float(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y) + 1e-12))
+
+
+def heard(
+    audio: np.ndarray, clip: np.ndarray, piece_heard: float = PIECE_HEARD
+) -> tuple[int, float]:
+    """(sample where `clip` best matches `audio`, share of its speech pieces found in order
+    there, each within `PIECE_SLACK_S` of where the one before it was found)."""
+    lag, _ = find_clip(audio, clip)
+    size, slack = round(PIECE_S * SAMPLE_RATE), round(PIECE_SLACK_S * SAMPLE_RATE)
+    audio, clip = audio.astype(np.float64), clip.astype(np.float64)
+    shift, found, pieces = 0, 0, 0
+    for at in range(0, len(clip) - size + 1, size):
+        piece = clip[at : at + size]
+        if level_db(piece.astype(np.float32)) < -40.0:
+            continue  # a pause: nothing to recognise it by
+        pieces += 1
+        lo = max(0, lag + at + shift - slack)
+        near = audio[lo : lag + at + shift + size + slack]
+        if len(near) < size:
+            continue
+        dots = np.correlate(near, piece, mode="valid")
+        energy = np.concatenate([[0.0], np.cumsum(near**2)])
+        scores = dots / (
+            np.sqrt(np.maximum(energy[size:] - energy[:-size], 1e-12)) * np.linalg.norm(piece)
+        )
+        best = int(np.argmax(scores))
+        if scores[best] >= piece_heard:
+            found += 1
+            shift = lo + best - (lag + at)
+    return lag, found / max(pieces, 1)
+
+
 def speech_span(audio: np.ndarray, floor_db: float = -45.0) -> float:
     """Seconds from the first to the last 10 ms frame louder than `floor_db`."""
     frames = audio[: len(audio) // 160 * 160].reshape(-1, 160)
@@ -181,12 +228,13 @@ def test_system_audio_is_recorded_as_played(pulse, clips):
     tape.pump()  # what was still on its way
     got = tape.audio("system")
 
-    lag, score = find_clip(got, clip)
-    assert score > SAME_CLIP, f"the recording does not sound like the clip ({score:.3f})"
+    lag, share = heard(got, clip)
+    assert share >= SAME_CLIP, f"the recording holds {share:.0%} of the clip"
     assert lag >= played_at  # nothing of it before it was played
     assert abs(speech_span(got) - speech_span(clip)) < 0.1
-    assert level_db(got[:lag]) < QUIET_DB
-    assert level_db(got[lag + len(clip) :]) < QUIET_DB
+    edge = round(0.02 * SAMPLE_RATE)  # where the clip starts and ends, give or take a jump
+    assert level_db(got[: lag - edge]) < QUIET_DB
+    assert level_db(got[lag + len(clip) + edge :]) < QUIET_DB
     assert capture.errors() == {}
 
 
@@ -209,16 +257,16 @@ def test_both_tracks_hold_their_own_source_in_step(pulse, clips):
     assert len(on_mic) == len(on_system)
 
     a, b = load(clips.a), load(clips.b)
-    mic_lag, mic_own = find_clip(on_mic, a)
-    sys_lag, sys_own = find_clip(on_system, b)
-    assert mic_own > SAME_CLIP and sys_own > SAME_CLIP, (mic_own, sys_own)
-    assert find_clip(on_mic, b)[1] < OTHER_CLIP
-    assert find_clip(on_system, a)[1] < OTHER_CLIP
+    mic_lag, mic_own = heard(on_mic, a)
+    sys_lag, sys_own = heard(on_system, b)
+    assert mic_own >= SAME_CLIP and sys_own >= SAME_CLIP, (mic_own, sys_own)
+    assert find_clip(on_mic, b)[1] < OTHER_CLIP and heard(on_mic, b)[1] == 0.0
+    assert find_clip(on_system, a)[1] < OTHER_CLIP and heard(on_system, a)[1] == 0.0
     # Played at the same moment, so they sit at the same place on the shared timeline.
     assert abs(mic_lag - sys_lag) < MAX_SKEW_S * SAMPLE_RATE
-    # The mix for recognition holds both, and never clips.
+    # The mix for recognition holds both tracks, sample for sample, and never clips.
     mixed = mix({"mic": on_mic, "system": on_system})
-    assert find_clip(mixed, a)[1] > 0.5 and find_clip(mixed, b)[1] > 0.5
+    assert correlation(mixed, on_mic) > 0.5 and correlation(mixed, on_system) > 0.5
     assert np.max(np.abs(mixed)) <= 1.0
 
 
@@ -253,12 +301,12 @@ def test_unplugged_device_keeps_its_audio_and_can_be_replaced(pulse, clips):
     on_mic, on_system = tape.audio("mic"), tape.audio("system")
     assert len(on_mic) == len(on_system)
 
-    _, score_b = find_clip(on_system[:unplugged_at], load(clips.b))
-    assert score_b > SAME_CLIP  # what the headset played before it went is all there
+    _, share_b = heard(on_system[:unplugged_at], load(clips.b))
+    assert share_b >= SAME_CLIP  # what the headset played before it went is there
     assert level_db(on_system[unplugged_at:switched_at]) < QUIET_DB  # then silence, not junk
-    lag_a, score_a = find_clip(on_system[switched_at:], load(clips.a))
-    lag_c, score_c = find_clip(on_mic[switched_at:], load(clips.c))
-    assert score_a > SAME_CLIP and score_c > SAME_CLIP, (score_a, score_c)
+    lag_a, share_a = heard(on_system[switched_at:], load(clips.a))
+    lag_c, share_c = heard(on_mic[switched_at:], load(clips.c))
+    assert share_a >= SAME_CLIP and share_c >= SAME_CLIP, (share_a, share_c)
     # Played together after the switch, and still together: the gap was filled, not skipped.
     assert abs(lag_a - lag_c) < MAX_SKEW_S * SAMPLE_RATE
     assert capture.devices["system"] == spare

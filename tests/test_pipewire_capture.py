@@ -7,15 +7,13 @@ tracks in step), unplugging and switching, a missing device. DeskScribe talks to
 through the same ALSA ``pulse`` device and pulsectl; what differs is the server behind it
 (its resampler, its null sinks' clock, WirePlumber moving streams when a device goes).
 
-Two tracks at once score lower here: the second stream's recording matches its clip by
-0.72-0.91 (normalised cross-correlation, 4 recordings on 2026-12-01, whichever clip it
-holds), against 0.98-0.9999 for the first track and for both on PulseAudio. The likely
-cause, not verified: each PipeWire null sink is driven by its own timer, so the two tracks
-run on two clocks, and `Capture`'s drift handling (it trims or pads the second track to stay
-within `max_skew` of the first) cuts pieces out of the second. That is the two-clock case of
-real meetings (a USB headset and the laptop's speakers); its fix (variable-rate resampling)
-belongs to capture.py. Until then these two
-tests ask for a score of `TWO_CLOCKS_SAME_CLIP`, still far above any other clip (< 0.07).
+The clips are held to the same share as on PulseAudio (test_capture.py's `heard`, piece
+by piece). A whole-clip correlation would not do here: PipeWire renders these null sinks with
+a 256-frame jump now and then on a loaded 2-core machine (recorded the same by parecord beside
+DeskScribe, so it is in the sink, not in our capture), and one jump drops it from 0.99 to 0.6.
+Its null sinks also deliver at rates a few thousand ppm apart over a minute here, which the
+meeting-mode drift correction follows up to its 1000 ppm limit, stretching the second track
+by up to 1 ms a second: also invisible piece by piece, also not what real devices do.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from collections.abc import Iterator
 
 import pytest
 
-import test_capture
 from pulse import PipeWireServer, pipewire_server
 from test_capture import (  # noqa: F401 (collected here again, against PipeWire)
     clips,
@@ -34,17 +31,6 @@ from test_capture import (  # noqa: F401 (collected here again, against PipeWire
     test_system_audio_is_recorded_as_played,
     test_unplugged_device_keeps_its_audio_and_can_be_replaced,
 )
-
-TWO_CLOCKS_SAME_CLIP = 0.6
-
-
-@pytest.fixture(autouse=True)
-def two_clocks(request, monkeypatch):
-    if request.node.name in (
-        "test_both_tracks_hold_their_own_source_in_step",
-        "test_unplugged_device_keeps_its_audio_and_can_be_replaced",
-    ):
-        monkeypatch.setattr(test_capture, "SAME_CLIP", TWO_CLOCKS_SAME_CLIP)
 
 
 @pytest.fixture(scope="module")
