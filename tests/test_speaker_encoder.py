@@ -404,6 +404,16 @@ def test_no_speaker_model_names_the_commands(tmp_path: Path) -> None:
         resolve_speaker_model("nope", tmp_path)
 
 
+def test_a_speaker_model_cut_short_is_called_damaged_not_missing(tmp_path: Path) -> None:
+    folder = tmp_path / "speaker-wespeaker-resnet34"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"task": "speaker-embed')  # a full disk, a crash
+    with pytest.raises(
+        ModelNotInstalledError, match=r"is damaged.*manifest\.json.*Install it again"
+    ):
+        resolve_speaker_model("speaker-wespeaker-resnet34", tmp_path)
+
+
 def _tiny_wespeaker(path: Path, input_rank: int = 3) -> np.ndarray:
     """A stand-in with WeSpeaker's interface: feats [B, T, 80] → embs [B, 256]
     (mean of squared features, then a fixed projection). Returns the projection."""

@@ -292,9 +292,14 @@ def resolve_speaker_model(name: str | None = None, root: Path | None = None) -> 
         for candidate in ((root or store_dir()) / name, Path(name).expanduser()):
             try:
                 data = json.loads((candidate / MANIFEST).read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
+            except OSError:
                 continue
-            if data.get("task") == SPEAKER_TASK:
+            except ValueError as e:  # there, but its manifest is cut short or garbled
+                raise ModelNotInstalledError(
+                    f"speaker model {name!r} is damaged: {candidate / MANIFEST} cannot be read "
+                    f"({e}). Install it again with {SPEAKER_INSTALL_HINT}"
+                ) from None
+            if isinstance(data, dict) and data.get("task") == SPEAKER_TASK:
                 return candidate.resolve()
         installed = ", ".join(m.name for m in models) or "none"
         raise ModelNotInstalledError(
