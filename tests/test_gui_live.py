@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -236,6 +237,43 @@ def two_labels_apart(found: dict[str, dict[str, float]], said) -> None:
     assert a != b, (found, said)
     assert found["A"][a] >= 0.7 and found["B"][b] >= 0.7, (found, said)
     assert found["A"][b] <= 0.15 and found["B"][a] <= 0.15, (found, said)
+
+
+def test_a_broken_speaker_model_is_reported_and_live_runs_without_labels(
+    qtbot,
+    app_env,  # noqa: F811
+    tiny_fp32,
+    speaker_model,
+    pulse,
+):
+    """An installed speaker model whose ONNX file was cut short (a full disk, a crash during
+    the copy): the session starts and records unlabelled, and the window says why and where
+    to fix it. Before, the labels were quietly off; "Remember this voice" said no model was
+    installed."""
+    install_test_model(app_env, tiny_fp32)
+    broken = app_env.store / "speaker-resemblyzer"
+    shutil.copytree(speaker_model, broken)
+    onnx_file = broken / "encoder.onnx"
+    onnx_file.write_bytes(onnx_file.read_bytes()[:1000])
+    pulse.add_null_sink("gui_broken_voices")
+    panel = open_panel(qtbot, "system", system="gui_broken_voices.monitor")
+    qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.state == "recording", timeout=60_000)
+    assert panel.session is not None and not panel.session.labeller.active
+    qtbot.waitUntil(lambda: panel.banner.isVisible(), timeout=10_000)
+    said = panel.banner.text.text()
+    assert panel.banner.kind == "warning" and "without speaker labels" in said, said
+    assert str(onnx_file) in said and "--overwrite" in said, said
+    with qtbot.waitSignal(panel.wants_models, timeout=5_000):
+        qtbot.mouseClick(panel.banner.action, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)  # Stop
+    qtbot.waitUntil(lambda: panel.state == "stopped", timeout=60_000)
+
+    from deskscribe.gui.transcript_view import _remember
+    from deskscribe.speakers.profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="not a usable speaker model"):
+        _remember(panel.ctx, panel.final, "A", "Ann")
 
 
 def test_no_model_says_how_to_get_one(qtbot, app_env, pulse):  # noqa: F811

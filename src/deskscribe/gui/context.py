@@ -109,5 +109,13 @@ class AppContext(QObject):
 
     def speaker_encoder(self) -> Any | None:
         """The installed speaker-embedding model (WeSpeaker first), loaded once, or None when
-        none is installed. Worker threads only."""
-        return self.models.speaker_encoder("cpu")
+        none is installed. One that is installed but cannot be used (its ONNX file cut short,
+        overwritten) raises ``SpeakerModelError``, whose message says what to do, so the
+        caller can tell the user instead of quietly leaving the labels off. Worker threads
+        only."""
+        from ..models.store import ModelNotInstalledError
+
+        try:
+            return self.models.speaker_encoder("cpu", quiet=False)
+        except ModelNotInstalledError:
+            return None

@@ -62,6 +62,7 @@ class LivePanel(QWidget):
         self.item_id: int | None = None
         self.final: Transcript | None = None
         self._loading: WorkerHandle | None = None
+        self._speaker_problem: str | None = None  # why live labels are off, when they are
         self._dirty_after_stop = False
         self._bridge = _Bridge(self)
         self._bridge.event.connect(self._on_event)
@@ -224,8 +225,16 @@ class LivePanel(QWidget):
             model = self.ctx.model()
             # An English-only model cannot tell the chosen languages apart: say so now.
             check_languages(model.tokenizer, options.streaming.languages)
-            # Voices get labels as they speak when a speaker model is installed.
-            encoder = self.ctx.speaker_encoder()
+            # Voices get labels as they speak when a speaker model is installed; one that
+            # is installed but broken does not stop the session: it runs unlabelled, and
+            # the window says why (see _loaded).
+            from ..speakers.encoder import SpeakerModelError
+
+            try:
+                encoder = self.ctx.speaker_encoder()
+                self._speaker_problem = None
+            except SpeakerModelError as e:
+                encoder, self._speaker_problem = None, str(e)
             if cancel.is_set():
                 return None
             from ..service.live.degrade import faster_variant
@@ -264,6 +273,13 @@ class LivePanel(QWidget):
         session.on_event = lambda event, s=session: self._bridge.event.emit(s, event)
         session.start()
         self.engine.setText(f"Starting {session.model.name}…")
+        if self._speaker_problem:
+            self.banner.show_message(
+                f"Recording without speaker labels: {self._speaker_problem}",
+                "warning",
+                "Models…",
+                self.wants_models.emit,
+            )
 
     def _load_failed(self, exc: BaseException) -> None:
         from ..models.store import ModelNotInstalledError

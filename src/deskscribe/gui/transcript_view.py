@@ -438,9 +438,13 @@ def _languages_spoken(t: Transcript) -> list[str]:
 
 
 def _remember(ctx, transcript: Transcript, speaker_id: str, name: str):
+    from ..speakers.encoder import SpeakerModelError
     from ..speakers.profiles import ProfileError, remember_voice
 
-    encoder = ctx.speaker_encoder()
+    try:
+        encoder = ctx.speaker_encoder()
+    except SpeakerModelError as e:
+        raise ProfileError(str(e)) from None
     if encoder is None:
         raise ProfileError("no speaker model is installed; install one on the Models page first")
     return remember_voice(transcript, speaker_id, encoder, name=name)
