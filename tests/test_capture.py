@@ -29,18 +29,18 @@ from deskscribe.audio.devices import (
 )
 
 # How a capture is compared with the clip that was played (`heard`): the clip is cut into
-# eighth-of-a-second pieces, and each piece with speech in it is looked for where the one before it
-# was found, give or take 15 ms; its score is the normalised cross-correlation there. Through
-# PulseAudio (22.05 kHz -> 48 kHz stereo, speex resampler) and back (soxr -> 16 kHz) every
-# piece scores 0.7 or more, most 0.95-1.0 (the loss is at the band edge, where the two
-# resamplers' filters differ, and in the quietest pieces); pieces of the other sentences score
-# below 0.4. The slack is for the sound
-# server, not for us: PipeWire on this 2-core VM renders its null sinks with a 256-frame
-# (5.3 ms) jump now and then, and parecord, recording the same monitor beside DeskScribe,
-# holds the same jumps at the same places (measured 2026-12-01). One jump in the middle of a
-# clip drops a whole-clip correlation from 0.99 to about 0.6 while the pieces still score as
-# before, but for the one the jump falls in. A piece of our own recording lost or out of place (a dropped block, the wrong
-# device, junk, silence) still scores near 0 and counts as not heard.
+# eighth-of-a-second pieces, and each piece with speech in it is looked for where the one
+# before it was found, give or take 15 ms; its score is the normalised cross-correlation
+# there. Through PulseAudio (22.05 kHz -> 48 kHz stereo, speex resampler) and back (soxr ->
+# 16 kHz) every piece scores 0.7 or more, most 0.95-1.0 (the loss is at the band edge, where
+# the two resamplers' filters differ, and in the quietest pieces); pieces of the other
+# sentences score below 0.4. The slack is for the sound server, not for us: PipeWire on this
+# 2-core VM renders its null sinks with a 256-frame (5.3 ms) jump now and then, and parecord,
+# recording the same monitor beside DeskScribe, holds the same jumps at the same places
+# (measured 2026-12-01). One jump in the middle of a clip drops a whole-clip correlation from
+# 0.99 to about 0.6 while the pieces still score as before, but for the one the jump falls
+# in. A piece of our own recording lost or out of place (a dropped block, the wrong device,
+# junk, silence) still scores near 0 and counts as not heard.
 PIECE_S = 0.125
 PIECE_SLACK_S = 0.015
 PIECE_HEARD = 0.7  # a piece scoring this much is the clip's piece
@@ -141,12 +141,12 @@ def heard(
     there, each within `PIECE_SLACK_S` of where the one before it was found)."""
     lag, _ = find_clip(audio, clip)
     size, slack = round(PIECE_S * SAMPLE_RATE), round(PIECE_SLACK_S * SAMPLE_RATE)
-    audio, clip = audio.astype(np.float64), clip.astype(np.float64)
+    audio, wide = audio.astype(np.float64), clip.astype(np.float64)
     shift, found, pieces = 0, 0, 0
     for at in range(0, len(clip) - size + 1, size):
-        piece = clip[at : at + size]
-        if level_db(piece.astype(np.float32)) < -40.0:
+        if level_db(clip[at : at + size]) < -40.0:
             continue  # a pause: nothing to recognise it by
+        piece = wide[at : at + size]
         pieces += 1
         lo = max(0, lag + at + shift - slack)
         near = audio[lo : lag + at + shift + size + slack]
