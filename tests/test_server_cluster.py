@@ -9,17 +9,21 @@ import concurrent.futures
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import httpx2 as httpx
+import numpy as np
 import openai
 import pytest
 
-from conftest import EVAL, run_cli, wer
+from conftest import EVAL, load, run_cli, wer
+from conversations import write_wav
 from server_support import free_port, make_store, serve
 
 pytest.importorskip("ray.serve", reason="needs the cluster extra: pip install deskscribe[cluster]")
@@ -176,6 +180,39 @@ def test_verbose_json_with_word_timestamps(client) -> None:
     assert [w.start for w in v.words] == sorted(w.start for w in v.words)
 
 
+@pytest.fixture(scope="module")
+def three_windows(tmp_path_factory) -> Path:
+    """71 s of real speech: the call, JFK, an AMI clip (three 30 s windows)."""
+    parts = [
+        load(EVAL / "two-speakers.wav"),
+        load(JFK),
+        load(sorted((EVAL / "ami").glob("*.wav"))[0]),
+    ]
+    return write_wav(tmp_path_factory.mktemp("long") / "three-windows.wav", np.concatenate(parts))
+
+
+def test_a_stream_gets_each_batch_as_the_replica_decodes_it(client, tmp_path) -> None:
+    """``stream=true`` through the cluster: the deltas of a recording longer than one batch
+    (eleven real meeting clips, 5.5 min: more than the 8 chunks a CPU replica decodes at
+    once) come while the replica decodes, not all at the end, and add up to the final text."""
+    clips = sorted((EVAL / "ami").glob("*.wav"))
+    path = write_wav(tmp_path / "meetings.wav", np.concatenate([load(c) for c in clips]))
+    t0, arrivals, events = time.monotonic(), [], []
+    with path.open("rb") as fh:
+        for event in client.audio.transcriptions.create(file=fh, model="whisper-1", stream=True):
+            arrivals.append(time.monotonic() - t0)
+            events.append(event)
+    deltas = [e for e in events if e.type == "transcript.text.delta"]
+    assert events[-1].type == "transcript.text.done" and len(deltas) >= 20
+    assert "".join(d.delta for d in deltas) == events[-1].text
+    assert len(events[-1].text.split()) > 400, events[-1].text
+    # The second batch takes seconds to decode; delivered at the end, all events come
+    # within milliseconds of each other.
+    first, done = arrivals[0], arrivals[-1]
+    assert done - first >= 0.5, arrivals
+    print(f"stream through Ray: first delta at {first:.2f} s, done at {done:.2f} s")
+
+
 def test_errors_are_those_of_the_single_server(client, tmp_path) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         client.audio.transcriptions.create(file=JFK.open("rb"), model="large-v9")
@@ -204,3 +241,44 @@ def test_concurrent_requests_are_spread_over_both_replicas(client, served) -> No
     health = httpx.get(served.url + "/health", timeout=10).json()
     assert health["status"] == "ok"
     print(f"4 x jfk.flac at once through Ray: {seconds:.2f} s, replicas {sorted(replicas)}")
+
+
+def test_sigterm_drains_as_the_single_server_does(client, served, three_windows) -> None:
+    """SIGTERM: the request in flight (on a transcriber replica) finishes, a new one gets 503
+    ``draining`` meanwhile, and the server exits 0 (checked by the fixture). Last in this file:
+    it stops the module's server."""
+    answer: dict = {}
+
+    def transcribe() -> None:
+        try:
+            with three_windows.open("rb") as fh:
+                answer["text"] = client.audio.transcriptions.create(model="whisper-1", file=fh).text
+        except Exception as e:  # reported by the assertions below
+            answer["error"] = e
+
+    worker = threading.Thread(target=transcribe)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while httpx.get(served.url + "/health", timeout=10).json()["inflight"] < 1:
+            assert time.monotonic() < deadline and "error" not in answer, answer
+            time.sleep(0.02)
+        served.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while True:  # the drain starts once the signal has reached the ingress
+            try:
+                with JFK.open("rb") as fh:
+                    client.audio.transcriptions.create(model="whisper-1", file=fh)
+            except openai.APIStatusError as e:
+                refused = e
+                break
+            assert time.monotonic() < deadline, "no 503 while draining"
+        assert refused.status_code == 503 and refused.code == "draining", refused
+        assert refused.response.headers.get("retry-after") == "5"
+        assert "error" not in answer and worker.is_alive(), answer  # still in flight
+        worker.join(120)
+        assert "error" not in answer, answer
+        assert "your country" in answer["text"].lower(), answer["text"]
+        assert served.wait(120) == 0, served.output()
+    finally:
+        worker.join(5)

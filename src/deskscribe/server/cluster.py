@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import logging
@@ -84,14 +85,14 @@ class Transcriber:
         folder = resolve_model(name)
         return await asyncio.to_thread(WhisperModel, folder, self.device, self.threads)
 
-    async def transcribe(self, pcm: np.ndarray, fields: str) -> tuple:
+    async def transcribe(self, pcm: np.ndarray, fields: str, on_segment=None) -> tuple:
         t0 = time.monotonic()
         f = server_requests.Fields.from_json(fields)
         name = serve.get_multiplexed_model_id()
         cancel = threading.Event()
         try:
             model = await self.model(name)
-            transcript = await asyncio.to_thread(_transcribe_pcm, model, pcm, f, cancel)
+            transcript = await asyncio.to_thread(_transcribe_pcm, model, pcm, f, cancel, on_segment)
         except asyncio.CancelledError:
             cancel.set()  # the client went away: stop at the next window
             raise
@@ -100,8 +101,35 @@ class Transcriber:
         transcript.model = name
         return ("ok", transcript, time.monotonic() - t0, self.replica)
 
+    async def transcribe_stream(self, pcm: np.ndarray, fields: str):
+        """``transcribe`` for ``stream=true`` (called with ``stream=True``): yields
+        ``("segment", seg)`` as each window is decoded, then ``transcribe``'s answer."""
+        loop = asyncio.get_running_loop()
+        decoded: asyncio.Queue = asyncio.Queue()
 
-def _transcribe_pcm(model, pcm: np.ndarray, f, cancel: threading.Event):
+        def on_segment(seg) -> None:  # on the decoding thread
+            loop.call_soon_threadsafe(decoded.put_nowait, ("segment", seg))
+
+        async def run() -> None:
+            answer = await self.transcribe(pcm, fields, on_segment)
+            decoded.put_nowait(("end", answer))
+
+        task = asyncio.create_task(run())
+        try:
+            while True:
+                kind, item = await decoded.get()
+                if kind == "end":
+                    yield item
+                    return
+                yield (kind, item)
+        finally:
+            if not task.done():  # the ingress cancelled the stream: stop the decoding too
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+def _transcribe_pcm(model, pcm: np.ndarray, f, cancel: threading.Event, on_segment=None):
     from ..transcript import Transcript
     from ..whisper.options import TranscriptionInfo
     from ..whisper.transcribe import transcribe_blocks
@@ -111,9 +139,13 @@ def _transcribe_pcm(model, pcm: np.ndarray, f, cancel: threading.Event):
     block = 30 * 16000  # the blocks ``audio.decode`` would stream
     blocks = (pcm[i : i + block] for i in range(0, pcm.shape[0], block))
     options = server_requests.transcribe_options(f)
-    segments = list(
-        transcribe_blocks(model, blocks, options, total_seconds=duration, cancel=cancel, info=info)
-    )
+    segments = []
+    for seg in transcribe_blocks(
+        model, blocks, options, total_seconds=duration, cancel=cancel, info=info
+    ):
+        segments.append(seg)
+        if on_segment is not None:
+            on_segment(seg)
     return Transcript(segments=segments, language=info.language, duration=duration,
                       source=f.filename, model=model.name)  # fmt: skip
 
@@ -179,7 +211,7 @@ class ClusterWork(WorkPool):
         try:
             loop = asyncio.get_running_loop()
             name, pcm = await loop.run_in_executor(self._decode, _decoded, state, path, f)
-            answer = await self._remote(name, pcm, f)
+            answer = await self._remote(name, pcm, f, kwargs.get("on_segment"))
         finally:
             with self._lock:
                 self.remote -= 1
@@ -194,20 +226,26 @@ class ClusterWork(WorkPool):
         holder = _ANSWERED.get()
         if holder is not None:
             holder["replica"] = replica
-        on_segment = kwargs.get("on_segment")
-        if on_segment is not None:  # a stream: the deltas come when the replica is done
-            for seg in transcript.segments:
-                on_segment(seg)
         return server_requests.Outcome(transcript, time.monotonic() - t0, name)
 
-    async def _remote(self, name: str, pcm: np.ndarray, f) -> tuple:
+    async def _remote(self, name: str, pcm: np.ndarray, f, on_segment=None) -> tuple:
+        """The replica's answer; with ``on_segment`` (a stream) each segment is handed on as
+        the replica decodes it, before the answer."""
         from ray.exceptions import RayError
 
-        response = self.handle.options(multiplexed_model_id=name).transcribe.remote(
-            pcm, f.to_json()
-        )
+        handle = self.handle.options(multiplexed_model_id=name, stream=on_segment is not None)
+        if on_segment is None:
+            response = handle.transcribe.remote(pcm, f.to_json())
+        else:
+            response = handle.transcribe_stream.remote(pcm, f.to_json())
         try:
-            return await response
+            if on_segment is None:
+                return await response
+            async for item in response:
+                if item[0] != "segment":
+                    return item
+                on_segment(item[1])
+            raise RayError("the transcriber's stream ended without an answer")
         except asyncio.CancelledError:
             response.cancel()  # the client hung up: the replica stops at its next window
             raise
@@ -285,6 +323,16 @@ class Ingress:
         app.add_middleware(ReplicaHeader)
         return app
 
+    async def drain(self, seconds: float) -> tuple[int, int]:
+        """As the single server's SIGTERM: from now on new requests get 503 ``draining``;
+        wait up to ``seconds`` for the requests and realtime sessions in flight here (those
+        sent to transcribers included) to finish. Returns what is still in flight."""
+        self.state.draining = True
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and (self.state.inflight or self.state.sessions):
+            await asyncio.sleep(0.1)
+        return self.state.inflight, self.state.sessions
+
 
 # ---------------------------------------------------------------------------------- serve
 
@@ -341,18 +389,41 @@ def with_env(actor_options: dict) -> dict:
     return {**actor_options, "runtime_env": {"env_vars": forwarded_env()}}
 
 
+def _drain(seconds: float, again: threading.Event) -> None:
+    """The ingress drains (``Ingress.drain``); waiting stops early on a second signal."""
+    response = serve.get_deployment_handle("Ingress", APP_NAME).drain.remote(seconds)
+    deadline = time.monotonic() + seconds + 30
+    while not again.is_set() and time.monotonic() < deadline:
+        try:
+            inflight, sessions = response.result(timeout_s=0.5)
+        except TimeoutError:
+            continue
+        except Exception as e:  # the ingress is gone: nothing left to wait for
+            log.warning("the drain failed: %s", e)
+            return
+        if inflight or sessions:
+            print(f"deskscribe: {inflight} request(s) and {sessions} session(s) still in flight "
+                  f"after {seconds:g} s: stopping them", file=sys.stderr, flush=True)  # fmt: skip
+        return
+
+
 def serve_on_ray(config: ServerConfig, address: str, replicas: str, drain_seconds: float) -> int:
     """``deskscribe serve --ray``: deploy, say where, and wait for SIGTERM / Ctrl+C; then
-    delete the application, letting requests in flight finish (up to ``drain_seconds``)."""
+    drain as the single server does (new requests get 503, those in flight finish, up to
+    ``drain_seconds``; a second signal stops at once) and delete the application."""
     try:
         connect(address)
         layout = plan(replicas, ray.cluster_resources(), config.device)
     except ClusterError as e:
         print(f"deskscribe: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
+    stop, again = threading.Event(), threading.Event()
+
+    def on_signal(*_) -> None:
+        (again if stop.is_set() else stop).set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     serve.start(http_options={"host": config.host, "port": config.port})
     wait = {"graceful_shutdown_timeout_s": drain_seconds}
     transcriber = Transcriber.options(
@@ -367,6 +438,7 @@ def serve_on_ray(config: ServerConfig, address: str, replicas: str, drain_second
           f"{address}, {layout.label})", file=sys.stderr, flush=True)  # fmt: skip
     stop.wait()
     print("deskscribe: stopping: letting requests in flight finish", file=sys.stderr, flush=True)
+    _drain(drain_seconds, again)
     serve.delete(APP_NAME)
     if not serve.status().applications:  # the proxy was ours alone: free the port too
         serve.shutdown()
