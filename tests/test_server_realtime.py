@@ -97,7 +97,9 @@ def settled(events) -> bool:
     return bool(started) and started <= done
 
 
-async def transcribe(served, audio16: np.ndarray, turn_detection="server_vad") -> list:
+async def transcribe(
+    served, audio16: np.ndarray, turn_detection="server_vad", include=None
+) -> list:
     """Stream a clip (with silence after it) through a GA session; all events after
     ``session.updated``."""
     async with client(served).realtime.connect(extra_query={"intent": "transcription"}) as conn:
@@ -110,9 +112,11 @@ async def transcribe(served, audio16: np.ndarray, turn_detection="server_vad") -
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
                                 "transcription": {"model": "whisper-1", "language": "en"},
                                 "turn_detection": td}},
+            **({"include": include} if include is not None else {}),
         })  # fmt: skip
         updated = await recv(conn)
         assert updated.type == "session.updated", updated
+        assert updated.session.include == (include or []), updated.session
         turn = updated.session.audio.input.turn_detection
         assert (turn is None) if td is None else (turn.silence_duration_ms == 500), turn
         pcm = pcm24(np.concatenate([silence(0.3), audio16, silence(1.2)]))
@@ -171,6 +175,7 @@ def test_espeak_sentence_streams_deltas_then_completed(served, clips):
     # tiny.en on this clip: WER 0.0 measured (also with two sessions at once); 0.15 leaves room
     # for one slip.
     check_items(events, SENTENCE, 0.15)
+    assert all(e.logprobs is None for e in events if e.type.endswith("transcription.delta"))
     started = [e for e in events if e.type == "input_audio_buffer.speech_started"]
     # 300 ms of silence come first; the item starts 250 ms (prefix padding) before speech.
     assert 30 <= started[0].audio_start_ms <= 400, started
@@ -179,10 +184,26 @@ def test_espeak_sentence_streams_deltas_then_completed(served, clips):
     assert any(e.type.endswith("transcription.delta") for e in events[:stopped]), events
 
 
-def test_jfk_recording(served, clips):
-    events = asyncio.run(transcribe(served, clips["jfk"]))
+def test_jfk_recording_with_logprobs(served, clips):
+    include = ["item.input_audio_transcription.logprobs"]
+    events = asyncio.run(transcribe(served, clips["jfk"], include=include))
     # tiny.en on the JFK clip, streamed: WER 0.09 measured ("my" heard as "am I"); bound 0.2.
     check_items(events, JFK_TEXT, 0.2)
+    # Per word, as the REST API's: each delta's tokens are its text, the item's are its deltas'.
+    for item_id in items(events):
+        deltas = [e for e in events if e.type.endswith("transcription.delta")
+                  and e.item_id == item_id]  # fmt: skip
+        done = next(e for e in events if e.type.endswith("transcription.completed")
+                    and e.item_id == item_id)  # fmt: skip
+        for d in deltas:
+            assert d.logprobs and all(-30 < p.logprob <= 0 for p in d.logprobs), d
+            assert "".join(p.token for p in d.logprobs).strip() == d.delta.strip()
+            assert all(bytes(p.bytes).decode() == p.token for p in d.logprobs)
+        assert done.logprobs == [p for d in deltas for p in d.logprobs]
+    # Not all words are sure: the logprobs are the model's, not a constant.
+    values = {p.logprob for e in events if e.type.endswith("transcription.completed")
+              for p in e.logprobs}  # fmt: skip
+    assert len(values) > 5 and min(values) < -0.05, values
 
 
 def test_two_sessions_at_once_stay_separate(served, clips):
@@ -273,6 +294,9 @@ def test_bad_events_get_error_events_and_the_session_goes_on(served, clips):
             await c.session.update(session={"type": "transcription", "audio": {"input": {
                 "format": {"type": "audio/pcmu"}}}})  # fmt: skip
             bad_format = await recv(c)
+            await c.send({"type": "session.update", "session": {
+                "type": "transcription", "include": ["item.input_audio_transcription.tokens"]}})  # fmt: skip
+            bad_include = await recv(c)
             await c.send({"type": "response.create"})
             unsupported = await recv(c)
             await c.input_audio_buffer.commit()
@@ -283,15 +307,19 @@ def test_bad_events_get_error_events_and_the_session_goes_on(served, clips):
             events = await collect(c, lambda ev: sender.done() and settled(ev))
             await c.input_audio_buffer.clear()
             cleared = await recv(c)
-            return bad, unknown_model, bad_format, unsupported, empty, events, cleared
+            return bad, unknown_model, bad_format, bad_include, unsupported, empty, events, cleared
 
-    bad, unknown_model, bad_format, unsupported, empty, events, cleared = asyncio.run(go())
+    bad, unknown_model, bad_format, bad_include, unsupported, empty, events, cleared = asyncio.run(
+        go()
+    )
     assert bad.type == "error" and bad.error.param == "audio", bad
     assert bad.error.event_id == "evt_bad" and "base64" in bad.error.message
     assert unknown_model.error.code == "model_not_found", unknown_model
     assert "tiny.en-fp32" in unknown_model.error.message  # says what is installed
     assert bad_format.error.param == "session.audio.input.format", bad_format
     assert "audio/pcm" in bad_format.error.message and "24000" in bad_format.error.message
+    assert bad_include.error.param == "session.include", bad_include
+    assert "item.input_audio_transcription.logprobs" in bad_include.error.message
     assert unsupported.type == "error" and "transcription session" in unsupported.error.message
     assert empty.error.code == "input_audio_buffer_commit_empty", empty
     check_items(events, SENTENCE, 0.15)

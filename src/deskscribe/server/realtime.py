@@ -14,7 +14,9 @@ its VAD starts and ends items (``speech_started`` / ``speech_stopped`` / ``commi
 that two decodes agree on go out as ``...input_audio_transcription.delta`` while the person is
 still speaking, and ``...completed`` carries the item's whole text (exactly the deltas
 joined). With ``turn_detection: null`` there are no speech events and an item ends when the
-client commits.
+client commits. With ``include: ["item.input_audio_transcription.logprobs"]`` deltas and
+completed events carry ``logprobs``, per word as the REST API's are. ``noise_reduction`` is
+not applied: sessions report it as null, whatever was asked.
 
 Each connection is on its own: its own transcriber, resampler and decoding thread (not the
 event loop, and not the REST work pool, so file uploads never hold up a live session); only
@@ -33,9 +35,10 @@ import binascii
 import contextlib
 import json
 import logging
+import math
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from fastapi import WebSocket
@@ -78,6 +81,7 @@ class Item:
     id: str
     start: int  # session sample (16 kHz) where its audio starts
     text: str = ""
+    logprobs: list = field(default_factory=list)  # per word, when the session includes them
 
 
 class Decoder(threading.Thread):
@@ -338,8 +342,12 @@ class Decoder(threading.Thread):
             text = text.lstrip()
         if text:
             self.item.text += text
-            self.emit({"type": "conversation.item.input_audio_transcription.delta",
-                       "item_id": self.item.id, "content_index": 0, "delta": text})  # fmt: skip
+            event = {"type": "conversation.item.input_audio_transcription.delta",
+                     "item_id": self.item.id, "content_index": 0, "delta": text}  # fmt: skip
+            if self.settings.logprobs:
+                event["logprobs"] = [_logprob(w) for w in words]
+                self.item.logprobs += event["logprobs"]
+            self.emit(event)
 
     def _committed(self) -> None:
         self.emit({"type": "input_audio_buffer.committed", "item_id": self.item.id,
@@ -350,10 +358,13 @@ class Decoder(threading.Thread):
         item = self.item
         self._delta(words)
         end = end if end is not None else self.offset + self.transcriber.total
-        self.emit({"type": "conversation.item.input_audio_transcription.completed",
-                   "item_id": item.id, "content_index": 0, "transcript": item.text,
-                   "usage": {"type": "duration",
-                             "seconds": round(max(0, end - item.start) / SAMPLE_RATE, 3)}})  # fmt: skip
+        event = {"type": "conversation.item.input_audio_transcription.completed",
+                 "item_id": item.id, "content_index": 0, "transcript": item.text,
+                 "usage": {"type": "duration",
+                           "seconds": round(max(0, end - item.start) / SAMPLE_RATE, 3)}}  # fmt: skip
+        if self.settings.logprobs:
+            event["logprobs"] = item.logprobs
+        self.emit(event)
         self.item = None
         self.transcriber.forget_segments()  # sent: nothing of it needs to stay
 
@@ -372,6 +383,13 @@ class Decoder(threading.Thread):
         if self.model is not None:
             with contextlib.suppress(Exception):
                 self._rebuild()
+
+
+def _logprob(word) -> dict:
+    """A word's ``LogProbProperties``: per word, as the REST API's logprobs are (the token is
+    the word as it appears in the text, the logprob that of its probability)."""
+    return {"token": word.text, "logprob": math.log(max(word.probability, 1e-12)),
+            "bytes": list(word.text.encode("utf-8"))}  # fmt: skip
 
 
 def _ms(samples: int) -> int:

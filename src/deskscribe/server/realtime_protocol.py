@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from .errors import ApiError
 
 RATES = (24000, 16000)  # what clients may send; 24 kHz is the protocol's own
+LOGPROBS = "item.input_audio_transcription.logprobs"  # the one ``include`` there is
 DEFAULT_VAD = {"threshold": 0.5, "prefix_padding_ms": 250, "silence_duration_ms": 600}
 
 
@@ -44,6 +45,7 @@ class Settings:
     language: str | None = None
     prompt: str | None = None  # given to the model in every pass (prompt.py's vocabulary)
     vad: dict | None = field(default_factory=lambda: dict(DEFAULT_VAD))  # None: client commits
+    logprobs: bool = False  # include: deltas and completed items carry per-word logprobs
 
     def streaming(self):
         from ..whisper.streaming import StreamingOptions
@@ -71,6 +73,8 @@ class Settings:
         if "vad" in patch:
             new.vad = None if patch["vad"] is None else {**(self.vad or DEFAULT_VAD),
                                                          **patch["vad"]}  # fmt: skip
+        if "logprobs" in patch:
+            new.logprobs = patch["logprobs"]
         return new
 
     def changes_engine(self, other: Settings) -> bool:
@@ -80,6 +84,23 @@ class Settings:
 
 def _transcription(s: Settings, model_name: str | None) -> dict:
     return {"model": s.model or model_name, "language": s.language, "prompt": s.prompt}
+
+
+def _include(s: Settings) -> list[str]:
+    return [LOGPROBS] if s.logprobs else []
+
+
+def _include_patch(include, param: str) -> bool:
+    """``include``: null or a list of which only the logprobs entry is known."""
+    if include is None:
+        return False
+    if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
+        raise invalid(f"{param} must be a list of strings", param, "invalid_type")
+    unknown = [x for x in include if x != LOGPROBS]
+    if unknown:
+        raise invalid(f"{param}: {unknown[0]!r} is not supported; the one value is "
+                      f"{LOGPROBS!r}", param)  # fmt: skip
+    return bool(include)
 
 
 def _turn(s: Settings) -> dict | None:
@@ -95,7 +116,7 @@ def ga_session(sid: str, s: Settings, model_name: str | None) -> dict:
         "audio": {"input": {"format": {"type": "audio/pcm", "rate": s.rate},
                             "transcription": _transcription(s, model_name),
                             "turn_detection": _turn(s), "noise_reduction": None}},
-        "include": [],
+        "include": _include(s),
     }  # fmt: skip
 
 
@@ -109,7 +130,7 @@ def beta_session(sid: str, s: Settings, model_name: str | None) -> dict:
         "input_audio_transcription": _transcription(s, model_name),
         "turn_detection": _turn(s),
         "input_audio_noise_reduction": None,
-        "include": [],
+        "include": _include(s),
     }
 
 
@@ -196,6 +217,8 @@ def parse_ga(session) -> dict:
         )
     if "turn_detection" in inp:
         patch["vad"] = _vad_patch(inp["turn_detection"], "session.audio.input.turn_detection")
+    if "include" in s:
+        patch["logprobs"] = _include_patch(s["include"], "session.include")
     return patch
 
 
@@ -215,6 +238,8 @@ def parse_beta(session) -> dict:
         )
     if "turn_detection" in s:
         patch["vad"] = _vad_patch(s["turn_detection"], "session.turn_detection")
+    if "include" in s:
+        patch["logprobs"] = _include_patch(s["include"], "session.include")
     return patch
 
 
