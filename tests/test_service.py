@@ -4,6 +4,7 @@ and live sessions on the real tiny.en model fed real speech through ``PushedCapt
 from __future__ import annotations
 
 import queue
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -87,11 +88,10 @@ def test_keep_idle_release_and_forget(store, tiny_fp32) -> None:
     assert cache.loaded() == [] and cache.loads == 3
 
 
-def test_no_speaker_model_is_quietly_none_or_says_how_to_get_one(store) -> None:
+def test_no_speaker_model_says_how_to_get_one(store) -> None:
     cache = ModelCache()
-    assert cache.speaker_encoder("cpu") is None
     with pytest.raises(ModelNotInstalledError, match="speaker model"):
-        cache.speaker_encoder("cpu", quiet=False)
+        cache.speaker_encoder("cpu")
     with pytest.raises(ModelNotInstalledError):
         cache.model("nothing-like-this")
 
@@ -112,6 +112,30 @@ def test_engine_process_returns_the_result_and_writes_no_library(store, tmp_path
     assert result.duration == pytest.approx(load(wav).shape[0] / SR, abs=0.05)
     assert seen and all(len(v) == 3 for v in seen)  # (done, total, stage) over the pipe
     assert not list((tmp_path / "data").glob("library*"))  # the caller stores it, not the engine
+
+
+def test_a_broken_speaker_model_is_said_on_the_file_and_its_words_are_kept(
+    store, speaker_model, tmp_path
+) -> None:
+    """The app's file queue (the engine process) with an installed speaker model whose ONNX
+    file was cut short: the file is transcribed without labels and its note says why and how
+    to mend it. Before, the labels were quietly off."""
+    broken = store / "speaker-resemblyzer"
+    shutil.copytree(speaker_model, broken)
+    onnx_file = broken / "encoder.onnx"
+    onnx_file.write_bytes(onnx_file.read_bytes()[:1000])
+    said = "Please send the quarterly report to the whole team."
+    wav = espeak(said, tmp_path / "job.wav")
+    engine = EngineProcess()
+    try:
+        result = engine.run(FileJob(wav, model="tiny.en", device="cpu", speakers="auto"))
+    finally:
+        engine.close()
+    assert result.status == "done", result.error
+    assert wer(said, result.transcript.text) < 0.2
+    assert all(seg.speaker is None for seg in result.transcript.segments)
+    note = " ".join(result.notes)
+    assert "without speaker labels" in note and str(onnx_file) in note, note
 
 
 # --------------------------------------------------------------------------- live

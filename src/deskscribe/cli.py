@@ -550,7 +550,7 @@ def _speaker_setup(args: argparse.Namespace, models):
     try:
         speakers = args.speakers or "auto"
         parse_speakers(speakers)
-        encoder = models.speaker_encoder(args.device, args.speaker_model, quiet=False)
+        encoder = models.speaker_encoder(args.device, args.speaker_model)
     except SpeakerModelError as err:
         _err(f"{err}\nspeaker labels are off: the transcripts are written without them")
         return None, None

@@ -117,7 +117,7 @@ def _speaker_encoder(args: argparse.Namespace, models):
         return None
     asked = args.speakers or args.speaker_model is not None
     try:
-        encoder = models.speaker_encoder("cpu", args.speaker_model, quiet=False)
+        encoder = models.speaker_encoder("cpu", args.speaker_model)
     except (ModelNotInstalledError, SpeakerModelError) as err:
         if asked:
             _err(str(err))

@@ -70,7 +70,7 @@ def _save(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     speaker = find_speaker(transcript, args.speaker)
     try:
-        encoder = ModelCache().speaker_encoder("cpu", args.speaker_model, quiet=False)
+        encoder = ModelCache().speaker_encoder("cpu", args.speaker_model)
     except (ModelNotInstalledError, SpeakerModelError) as err:
         _err(str(err))
         return EXIT_FAILED

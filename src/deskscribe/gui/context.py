@@ -116,6 +116,6 @@ class AppContext(QObject):
         from ..models.store import ModelNotInstalledError
 
         try:
-            return self.models.speaker_encoder("cpu", quiet=False)
+            return self.models.speaker_encoder("cpu")
         except ModelNotInstalledError:
             return None

@@ -205,9 +205,8 @@ async def _submit(
     cancel = threading.Event()
     try:
         outcome = await state.work.run(
-            run, state, path, f, cancel=cancel, on_segment=on_segment, resolved=resolved,
-            checked=resolved is not None,
-        )  # fmt: skip
+            run, state, path, f, cancel=cancel, on_segment=on_segment, resolved=resolved
+        )
     except QueueFull as full:
         raise ApiError(
             429,

@@ -213,7 +213,7 @@ def _transcribe(state, model, path, f: Fields, options, cancel, on_segment, prog
     from ..whisper.transcribe import transcribe_file
 
     if f.response_format == "diarized_json":
-        encoder = state.models.speaker_encoder(state.config.device, quiet=False)
+        encoder = state.models.speaker_encoder(state.config.device)
         transcript = transcribe_media(
             model, path, options, speakers=f.speakers or "auto", encoder=encoder,
             progress=progress, cancel=cancel,
@@ -243,15 +243,14 @@ def run(
     on_segment: Callable[[Segment], None] | None = None,
     progress=None,
     resolved: tuple[str, Path] | None = None,
-    checked: bool = False,
 ) -> Outcome:
     """Transcribe the stored upload ``path`` (on a worker thread). Raises ``ApiError`` with a
-    message that says what is wrong, or ``Cancelled``. ``resolved`` (the model's name and
-    folder) and ``checked`` (the media was checked) spare a request the model lookup and the
-    probe its handler already did."""
+    message that says what is wrong, or ``Cancelled``. ``resolved``, the model's name and
+    folder from a handler that has also checked the media (``check_media``), spares the
+    request the lookup and the probe done already."""
     t0 = time.monotonic()
     config = state.config
-    if not checked:
+    if resolved is None:
         check_media(path, f.filename, config.max_audio_seconds)
     name, folder = resolved or state.model_folder(f.model)
     try:

@@ -19,6 +19,7 @@ from ..errors import Cancelled, EngineError, Progress
 from ..models.store import ModelNotInstalledError
 from ..speakers.channels import transcribe_channels
 from ..speakers.diarize import parse_speakers
+from ..speakers.encoder import SpeakerModelError
 from ..transcript import Transcript
 from ..whisper.decoding import DecodingError
 from ..whisper.model import ModelNotBuiltError, WhisperModel
@@ -60,7 +61,7 @@ def transcribe_media(
 
 
 LoadModel = Callable[[str | None, str], WhisperModel]  # (name, device) -> a loaded model
-LoadEncoder = Callable[[str], object]  # (device) -> a speaker encoder, or None
+LoadEncoder = Callable[[str], object]  # (device) -> a speaker encoder; raises as ModelCache's
 
 
 def run_file_job(
@@ -84,7 +85,7 @@ def run_file_job(
             on_duration(result.duration)
         model = load_model(job.model, job.device)
         wants_voices = job.speakers not in ("off", "channels")
-        encoder = load_encoder(job.device) if wants_voices and load_encoder else None
+        encoder = _encoder(load_encoder, job.device, result.notes) if wants_voices else None
         result.transcript = transcribe_media(
             model, job.source, transcribe_options(job),
             speakers=job.speakers, encoder=encoder, progress=progress, cancel=cancel,
@@ -106,6 +107,21 @@ def run_file_job(
         return _failed(result, f"Unexpected error ({type(e).__name__}: {e})")
     result.status = "done"
     return result
+
+
+def _encoder(load_encoder: LoadEncoder | None, device: str, notes: list[str]):
+    """The speaker encoder, or None: none is installed (the labels stay off, as asked for in
+    the settings), or the one installed cannot be used, which goes in ``notes`` with what to
+    do, so that the user knows why this file has no speaker labels."""
+    if load_encoder is None:
+        return None
+    try:
+        return load_encoder(device)
+    except ModelNotInstalledError as e:
+        log.info("no speaker labels: %s", e)
+    except SpeakerModelError as e:
+        notes.append(f"Transcribed without speaker labels: {e}")
+    return None
 
 
 def local_runner(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..models.store import ModelNotInstalledError, resolve_model, resolve_speaker_model
-from ..speakers.encoder import SpeakerEncoder, SpeakerModelError
+from ..speakers.encoder import SpeakerEncoder
 from ..whisper.model import WhisperModel
 from ..whisper.runtime import COREML, CUDA, DML, available_providers
 
@@ -133,23 +133,15 @@ class ModelCache:
     # ------------------------------------------------------------------ speakers
 
     def speaker_encoder(
-        self, device: str | None = "cpu", name: str | None = None, *, quiet: bool = True
-    ) -> SpeakerEncoder | None:
+        self, device: str | None = "cpu", name: str | None = None
+    ) -> SpeakerEncoder:
         """The speaker-embedding model ``name`` (None: the installed one, WeSpeaker first),
-        loaded once per (name, device). When none can be used it returns None (``quiet``:
-        speaker labels then stay off; asked again next time, as one may be installed
-        meanwhile) or raises ``ModelNotInstalledError`` / ``SpeakerModelError``, whose
-        messages say what to do."""
+        loaded once per (name, device). When none can be used it raises
+        ``ModelNotInstalledError`` (none installed: asked again next time, as one may be
+        installed meanwhile) or ``SpeakerModelError`` (installed, but damaged or of an unknown
+        kind), whose messages say what to do."""
         runs_on = runtime_device(device)
-        try:
-            return self._get(
-                self._encoders, (name, runs_on), lambda: self._new_encoder(name, runs_on)
-            )
-        except (ModelNotInstalledError, SpeakerModelError) as e:
-            if not quiet:
-                raise
-            log.info("no speaker labels: %s", e)
-            return None
+        return self._get(self._encoders, (name, runs_on), lambda: self._new_encoder(name, runs_on))
 
     def _new_encoder(self, name: str | None, device: str) -> SpeakerEncoder:
         folder = resolve_speaker_model(name)
