@@ -38,22 +38,13 @@ from deskscribe.audio.devices import (
     sounddevice,
 )
 
-from ..audio_format import SAMPLE_RATE
+from ..audio_format import SAMPLE_RATE, SILENCE_DB, level_db
 from .drift import DriftCorrector
 
-SILENCE_DB = -100.0  # level reported for digital silence and for no signal at all
 TRACKS = ("mic", "system")
 SOURCES = ("mic", "system", "both")
 _WATCH_S = 0.2  # how often Linux tracks check that their sound-server source still exists
 _MIX_KNEE = 0.8  # the mix is linear below this, then bends smoothly towards ±1
-
-
-def level_db(audio: np.ndarray) -> float:
-    """RMS level in dBFS (a full-scale sine is -3), `SILENCE_DB` at most."""
-    if len(audio) == 0:
-        return SILENCE_DB
-    power = float(np.mean(np.square(audio, dtype=np.float64)))
-    return max(SILENCE_DB, 10.0 * float(np.log10(max(power, 1e-30))))
 
 
 class RingBuffer:

@@ -26,8 +26,9 @@ import time
 import numpy as np
 import soxr
 
+from ...audio_format import SILENCE_DB, level_db
 from ..device_types import CaptureDeviceError, InputDevice
-from .formats import SILENCE_DB, GapFiller, downmix, level_db, to_float
+from .formats import GapFiller, downmix, to_float
 from .silence import SilenceWatch, permission_help
 
 SAMPLE_RATE = 16000

@@ -1,10 +1,9 @@
-"""Sample formats of native loopback streams: to float, downmix, level, and gaps by time."""
+"""Sample formats of native loopback streams: to float, downmix, and gaps by time."""
 
 from __future__ import annotations
 
 import numpy as np
 
-SILENCE_DB = -100.0
 # Bytes per sample and how to read them (little-endian, interleaved frames).
 FORMATS = {"float32": 4, "int16": 2, "int24": 3, "int32": 4}
 
@@ -57,14 +56,6 @@ def downmix(frames: np.ndarray) -> np.ndarray:
     if not live.any():
         return np.zeros(len(frames), dtype=np.float32)
     return frames[:, live].mean(axis=1, dtype=np.float32)
-
-
-def level_db(audio: np.ndarray) -> float:
-    """RMS level in dBFS (`SILENCE_DB` for nothing or digital zero)."""
-    if not len(audio):
-        return SILENCE_DB
-    rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64))))
-    return max(SILENCE_DB, 20.0 * np.log10(rms)) if rms > 0 else SILENCE_DB
 
 
 class GapFiller:
