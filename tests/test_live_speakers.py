@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from conversations import build, clip_offset
+from conversations import build, clip_offset, write_wav
 from deskscribe.audio.devices import find_device
 from deskscribe.audio.sessions import read_track
 from deskscribe.service.live import LiveOptions, LiveSession, Started, Stopped, TextUpdate
@@ -174,7 +174,7 @@ def test_committed_batches_get_the_right_live_labels(name, tiny_model, speaker_m
 
 
 def test_a_broken_profile_file_at_stop_still_stops_with_the_text(
-    pulse, tiny_model, speaker_model, speech_dir, data_dir
+    pulse, tiny_model, speaker_model, speech_dir, data_dir, tmp_path
 ):
     """The pass at Stop reads the voice profiles; a file that is not UTF-8 used to escape it,
     so Stopped never came and the window could not close. Now: Stopped, the text kept, and
@@ -184,7 +184,9 @@ def test_a_broken_profile_file_at_stop_still_stops_with_the_text(
     broken = b"\xff\xfe\x80 not a profile file"
     profiles_path().parent.mkdir(parents=True, exist_ok=True)
     profiles_path().write_bytes(broken)
+    # Its first 12 s (a few turns of both voices) are enough: the pass at Stop runs on them.
     conv = build("two", speech_dir / "conversations")
+    clip = write_wav(tmp_path / "first-turns.wav", conv.audio[: 12 * 16000])
     monitor = pulse.add_null_sink("live_broken_profiles")
     session = LiveSession(
         tiny_model,
@@ -194,9 +196,7 @@ def test_a_broken_profile_file_at_stop_still_stops_with_the_text(
     session.start()
     next_event(session, Started, 30)
     # Stop once every sample played is recorded (see pulse.Played).
-    played = pulse.play_recorded(
-        conv.path, "live_broken_profiles", lambda: session.recording.samples
-    )
+    played = pulse.play_recorded(clip, "live_broken_profiles", lambda: session.recording.samples)
     played.wait(timeout=300)
     session.stop()
     stopped = next_event(session, Stopped, 180)
