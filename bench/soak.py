@@ -1,7 +1,7 @@
 """The server over a long run: is memory flat, does latency hold?
 
     python bench/soak.py [--minutes 60] [--model tiny.en] [--variant int8] [--streams 2]
-                         [--every 1] [--realtime]
+                         [--every 1] [--realtime] [--no-shared-batch] [--env NAME=VALUE]
 
 A real ``deskscribe serve`` answers requests from ``--streams`` clients (the official openai
 SDK) without pause for ``--minutes``: the real recordings of ``../shared/eval`` in turn, in
@@ -9,7 +9,12 @@ every response format, with a streaming request now and then. With ``--realtime`
 client keeps a Realtime session open the whole time, streaming the recordings at 24 kHz.
 Every ``--every`` minutes it samples the server's resident memory (from /proc) and the
 requests' p50/p95 latency of that interval; at the end the growth of memory from the end of
-the warm-up (the first 10 %, at least 2 minutes) to the end, the target being at most 5 %.
+the warm-up (the first 10 %, at least 2 minutes) to the end, the target being at most 5 %, and
+the slope of a line fitted to the second half (MiB per minute: what a day would add).
+
+Shared batches are on (``--shared-batch-cpu``: the code path a GPU server runs) unless
+``--no-shared-batch``; ``--env`` sets a variable for the server (e.g. ``MALLOC_ARENA_MAX=2``),
+to compare allocator settings run by run.
 """
 
 from __future__ import annotations
@@ -41,6 +46,14 @@ def rss_of(pid: int) -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def anon_of(pid: int) -> float:
+    """Anonymous resident memory (the heap, not the mapped model files), MiB."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Anonymous:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def main() -> int:
     import openai
 
@@ -51,21 +64,27 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=2)
     ap.add_argument("--every", type=float, default=1.0, help="minutes between samples")
     ap.add_argument("--realtime", action="store_true")
+    ap.add_argument("--no-shared-batch", action="store_true")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = ap.parse_args()
+    env = dict(item.split("=", 1) for item in args.env)
     name = f"{args.model}-{args.variant}"
     folder, _ = built_model(ct2_checkpoint(args.model, args.cache),
                             args.cache / "models" / name, args.variant, name)  # fmt: skip
     files = [*sorted((EVAL / "ami").glob("*.wav")), EVAL / "two-speakers.wav", EVAL / "jfk.flac"]
     print(machine_line(os.cpu_count() or 1))
     print(f"model {name}; {args.streams} client(s) for {args.minutes:g} min"
-          + (" + one realtime session" if args.realtime else ""))  # fmt: skip
+          + (" + one realtime session" if args.realtime else "")
+          + ("; shared batches off" if args.no_shared_batch else "; shared batches on")
+          + "".join(f"; {k}={v}" for k, v in env.items()))  # fmt: skip
     root = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     store = make_store(root, {name: folder})
     # Batches shared between the streams' requests (on the CPU only when asked): the code
     # path a GPU server runs, soaked here too.
+    shared = () if args.no_shared_batch else ("--shared-batch-cpu",)
     server = serve(store, root / "data", "--model", name, "--workers", str(args.streams),
-                   "--max-queue", "64", "--shared-batch-cpu")  # fmt: skip
+                   "--max-queue", "64", *shared, env=env)  # fmt: skip
     stop = threading.Event()
     lock = threading.Lock()
     latencies: list[float] = []
@@ -117,10 +136,11 @@ def main() -> int:
         threads.append(threading.Thread(target=realtime_loop, daemon=True))
     for t in threads:
         t.start()
-    samples: list[tuple[float, float]] = []
+    samples: list[tuple[float, float, float]] = []
     t_start = time.monotonic()
-    print("\n| minute | server RSS MiB | requests | p50 s | p95 s | failures | realtime items |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| minute | server RSS MiB | of it anonymous | requests | p50 s | p95 s | failures "
+          "| realtime items |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     try:
         while (elapsed := (time.monotonic() - t_start) / 60) < args.minutes:
             time.sleep(min(args.every * 60, max(1.0, (args.minutes - elapsed) * 60)))
@@ -128,11 +148,11 @@ def main() -> int:
                 lat, latencies[:] = np.array(latencies), []
                 n, bad, rt = counts["requests"], len(failures), counts["realtime_items"]
             minute = (time.monotonic() - t_start) / 60
-            rss = rss_of(server.proc.pid)
-            samples.append((minute, rss))
+            rss, anon = rss_of(server.proc.pid), anon_of(server.proc.pid)
+            samples.append((minute, rss, anon))
             p50 = f"{np.percentile(lat, 50):.2f}" if lat.size else "-"
             p95 = f"{np.percentile(lat, 95):.2f}" if lat.size else "-"
-            print(f"| {minute:.1f} | {rss:.0f} | {n} | {p50} | {p95} | {bad} | {rt} |",
+            print(f"| {minute:.1f} | {rss:.0f} | {anon:.0f} | {n} | {p50} | {p95} | {bad} | {rt} |",
                   flush=True)  # fmt: skip
     finally:
         stop.set()
@@ -141,11 +161,16 @@ def main() -> int:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
     warm = max(2.0, args.minutes * 0.1)
-    after = [m for t, m in samples if t >= warm]
+    after = [m for t, m, _ in samples if t >= warm]
     if len(after) >= 2:
         growth = (after[-1] - after[0]) / after[0] * 100
         print(f"\nRSS after warm-up ({warm:g} min): {after[0]:.0f} -> {after[-1]:.0f} MiB, "
               f"growth {growth:+.1f} % (target <= 5 %); max {max(after):.0f} MiB")  # fmt: skip
+    late = np.array([(t, m) for t, m, _ in samples if t >= args.minutes / 2])
+    if len(late) >= 3:
+        slope = np.polyfit(late[:, 0], late[:, 1], 1)[0]
+        print(f"second half: RSS slope {slope:+.2f} MiB/min ({slope * 1440:+.0f} MiB a day "
+              f"at that rate), mean {late[:, 1].mean():.0f} MiB")  # fmt: skip
     print(f"{counts['requests']} requests, {len(failures)} failures"
           + (f"; first: {failures[0]}" if failures else ""))  # fmt: skip
     return 1 if failures else 0
