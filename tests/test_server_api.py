@@ -6,6 +6,7 @@ output, the errors as the SDK's typed exceptions, limits, keys and concurrency."
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import subprocess
 import sys
@@ -296,3 +297,38 @@ def test_a_model_loads_on_first_use_and_is_released_when_idle(tmp_path, tiny_fp3
         assert "deskscribe_model_loads 2.0" in metrics, metrics
     finally:
         server.stop()
+
+
+ARENAS = """
+import ctypes, sys, threading
+if sys.argv[1] == "limit":
+    from deskscribe.cli_server import _fewer_malloc_arenas
+    _fewer_malloc_arenas()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+start, held = threading.Barrier(8), []
+def work():
+    start.wait()  # all at once: each thread that finds the arenas busy makes a new one
+    held.extend(libc.malloc(4096) for _ in range(200))
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc.malloc_stats()  # "Arena N:" per arena, on stderr
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas")
+def test_the_server_process_keeps_to_two_malloc_arenas() -> None:
+    """``serve`` limits glibc's arenas before its threads start (the memory it saves is in
+    bench/soak.py's figures); eight threads allocating at once then share two. The control,
+    without the limit, makes more, so this fails if the call does nothing."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    counts = {}
+    for mode in ("limit", "control"):
+        out = subprocess.run([sys.executable, "-c", ARENAS, mode], capture_output=True,
+                             text=True, timeout=60, env=env)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        counts[mode] = sum(line.startswith("Arena ") for line in out.stderr.splitlines())
+    assert counts["limit"] == 2 and counts["control"] > 2, counts
