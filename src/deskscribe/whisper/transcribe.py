@@ -250,17 +250,16 @@ def transcribe_blocks(
                 time_offset,
                 segment_frames,
             )
-            # As openai/whisper does with word timestamps: the next window starts where the
-            # last word ends. Timestamp tokens can fall far behind the words (base int8 on the
-            # real call, on a VNNI CPU: 30 s of speech stamped 0-24 s), and a seek on them
-            # decodes the window's last sentence a second time.
+            # With word timestamps the next window starts after the last word when the last
+            # timestamp token falls behind it (as openai/whisper, which also moves back to
+            # an earlier word end: here that re-decoded the last word of live passes).
+            # Timestamp tokens can lag far behind the words (base int8 on the real call, on
+            # a VNNI CPU: 30 s of speech stamped 0-24 s), and a seek on them decodes the
+            # window's last sentence a second time.
             ends = [w.end for seg in window_segments for w in seg.words]
-            if (
-                ends
-                and ends[-1] > time_offset
-                and not _single_ending(result.tokens, tk.timestamp_begin)
-            ):
-                advance_frames = max(1, round((ends[-1] - time_offset) / FRAME_SECONDS))
+            if ends and not _single_ending(result.tokens, tk.timestamp_begin):
+                after_words = round((ends[-1] - time_offset) / FRAME_SECONDS)
+                advance_frames = max(advance_frames, min(after_words, segment_frames))
         all_tokens += [t for s in window_segments for t in s.tokens]
         if not conditioned or result.temperature > 0.5:
             prompt_reset = len(all_tokens)
