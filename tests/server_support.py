@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,3 +129,25 @@ def wait_healthy(served: Served, timeout: float = HEALTH_TIMEOUT) -> None:
 def restart(served: Served) -> Served:
     """The same server (port, store, data, arguments) started again."""
     return serve(served.store, served.data, *served.args, port=served.port, env=served.env)
+
+
+def transcribing(client, path: Path, served: Served, counted: str = "running"):
+    """A transcription of ``path`` with the openai ``client`` on a thread, returned once the
+    server's /health counts it (``counted``: "running" on a worker, "inflight" anywhere):
+    (the thread, a dict that gets its "text" or the "error" raised)."""
+    answer: dict = {}
+
+    def transcribe() -> None:
+        try:
+            with open(path, "rb") as fh:
+                answer["text"] = client.audio.transcriptions.create(model="whisper-1", file=fh).text
+        except Exception as e:  # the caller's assertions report it
+            answer["error"] = e
+
+    worker = threading.Thread(target=transcribe)
+    worker.start()
+    deadline = time.monotonic() + 60
+    while httpx.get(served.url + "/health", timeout=10).json()[counted] < 1:
+        assert time.monotonic() < deadline and "error" not in answer, answer
+        time.sleep(0.02)
+    return worker, answer

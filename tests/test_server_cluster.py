@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import pytest
 
 from conftest import EVAL, load, run_cli, wer
 from conversations import write_wav
-from server_support import free_port, make_store, serve
+from server_support import free_port, make_store, serve, transcribing
 
 pytest.importorskip("ray.serve", reason="needs the cluster extra: pip install deskscribe[cluster]")
 
@@ -247,22 +246,8 @@ def test_sigterm_drains_as_the_single_server_does(client, served, three_windows)
     """SIGTERM: the request in flight (on a transcriber replica) finishes, a new one gets 503
     ``draining`` meanwhile, and the server exits 0 (checked by the fixture). Last in this file:
     it stops the module's server."""
-    answer: dict = {}
-
-    def transcribe() -> None:
-        try:
-            with three_windows.open("rb") as fh:
-                answer["text"] = client.audio.transcriptions.create(model="whisper-1", file=fh).text
-        except Exception as e:  # reported by the assertions below
-            answer["error"] = e
-
-    worker = threading.Thread(target=transcribe)
-    worker.start()
+    worker, answer = transcribing(client, three_windows, served, "inflight")
     try:
-        deadline = time.monotonic() + 60
-        while httpx.get(served.url + "/health", timeout=10).json()["inflight"] < 1:
-            assert time.monotonic() < deadline and "error" not in answer, answer
-            time.sleep(0.02)
         served.signal(signal.SIGTERM)
         deadline = time.monotonic() + 30
         while True:  # the drain starts once the signal has reached the ingress

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import soundfile
 
 from conftest import EVAL, espeak, load, wer
 from deskscribe.transcript import Transcript
-from server_support import Served, make_store, restart, serve
+from server_support import Served, make_store, restart, serve, transcribing
 
 JFK = EVAL / "jfk.flac"
 SPOKEN = (
@@ -211,22 +210,8 @@ def test_sigterm_finishes_the_request_in_flight_and_keeps_queued_jobs(store, aud
     served = serve(store, tmp_path / "data", "--model", "tiny.en-fp32", "--drain-seconds", "90")
     client = openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0,
                            timeout=120)  # fmt: skip
-    answer: dict = {}
-
-    def transcribe() -> None:
-        try:
-            with open(audio["long"], "rb") as fh:
-                answer["text"] = client.audio.transcriptions.create(model="whisper-1", file=fh).text
-        except Exception as e:  # reported by the assertions below
-            answer["error"] = e
-
-    worker = threading.Thread(target=transcribe)
-    worker.start()
     try:
-        deadline = time.monotonic() + 60
-        while httpx.get(served.url + "/health", timeout=10).json()["running"] < 1:
-            assert time.monotonic() < deadline and "error" not in answer, answer
-            time.sleep(0.02)
+        worker, answer = transcribing(client, audio["long"], served)
         queued = submit(served, audio["jfk"])
         served.signal(signal.SIGTERM)
 
@@ -247,7 +232,6 @@ def test_sigterm_finishes_the_request_in_flight_and_keeps_queued_jobs(store, aud
         result = httpx.get(f"{served.base_url}/jobs/{queued['id']}/result", timeout=30).json()
         assert wer(audio["jfk_text"], result["text"]) < 0.15
     finally:
-        worker.join(5)
         served.stop()
 
 
