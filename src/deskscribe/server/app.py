@@ -24,7 +24,7 @@ from ..errors import Cancelled
 from . import errors as api_errors
 from .config import ServerConfig, bearer, key_matches
 from .errors import ApiError
-from .formats import MEDIA_TYPES, body, text_of
+from .formats import MEDIA_TYPES, body, text_of, word_logprob
 from .requests import Fields, Outcome, check_media, parse_fields, run
 from .state import QueueFull, ServerState
 from .uploads import upload
@@ -276,8 +276,7 @@ def _stream(state: ServerState, path: Path, f: Fields, resolved) -> StreamingRes
                 if kind == "delta":
                     event = {"type": "transcript.text.delta", "delta": value}
                     if f.include_logprobs:
-                        event["logprobs"] = [{"token": w.text, "logprob": _log(w.probability),
-                                              "bytes": list(w.text.encode())} for w in seg.words]  # fmt: skip
+                        event["logprobs"] = [word_logprob(w) for w in seg.words]
                 elif kind == "done":
                     event = {"type": "transcript.text.done", "text": text_of(value.transcript)}
                 else:
@@ -292,9 +291,3 @@ def _stream(state: ServerState, path: Path, f: Fields, resolved) -> StreamingRes
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})  # fmt: skip
-
-
-def _log(p: float) -> float:
-    import math
-
-    return math.log(max(p, 1e-12))

@@ -32,16 +32,18 @@ def usage(transcript: Transcript) -> dict:
     return {"type": "duration", "seconds": math.ceil(transcript.duration or 0.0)}
 
 
+def word_logprob(w) -> dict:
+    """A word's logprob entry: the token is the word as it is in the text, the logprob that of
+    its probability (per word, not per BPE token), the bytes its UTF-8."""
+    return {
+        "token": w.text,
+        "logprob": math.log(max(w.probability, 1e-12)),
+        "bytes": list(w.text.encode("utf-8")),
+    }
+
+
 def logprobs(transcript: Transcript) -> list[dict]:
-    return [
-        {
-            "token": w.text,
-            "logprob": math.log(max(w.probability, 1e-12)),
-            "bytes": list(w.text.encode("utf-8")),
-        }
-        for s in transcript.segments
-        for w in s.words
-    ]
+    return [word_logprob(w) for s in transcript.segments for w in s.words]
 
 
 def speaker_letters(transcript: Transcript) -> dict[str, str]:

@@ -35,7 +35,6 @@ import binascii
 import contextlib
 import json
 import logging
-import math
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from fastapi import WebSocket
 from ..errors import DeskScribeError
 from .config import bearer, key_matches
 from .errors import ApiError
+from .formats import word_logprob
 from .realtime_protocol import (
     Settings,
     beta_session,
@@ -345,7 +345,7 @@ class Decoder(threading.Thread):
             event = {"type": "conversation.item.input_audio_transcription.delta",
                      "item_id": self.item.id, "content_index": 0, "delta": text}  # fmt: skip
             if self.settings.logprobs:
-                event["logprobs"] = [_logprob(w) for w in words]
+                event["logprobs"] = [word_logprob(w) for w in words]
                 self.item.logprobs += event["logprobs"]
             self.emit(event)
 
@@ -383,13 +383,6 @@ class Decoder(threading.Thread):
         if self.model is not None:
             with contextlib.suppress(Exception):
                 self._rebuild()
-
-
-def _logprob(word) -> dict:
-    """A word's ``LogProbProperties``: per word, as the REST API's logprobs are (the token is
-    the word as it appears in the text, the logprob that of its probability)."""
-    return {"token": word.text, "logprob": math.log(max(word.probability, 1e-12)),
-            "bytes": list(word.text.encode("utf-8"))}  # fmt: skip
 
 
 def _ms(samples: int) -> int:
