@@ -103,7 +103,7 @@ class Transcriber:
 
     async def transcribe_stream(self, pcm: np.ndarray, fields: str):
         """``transcribe`` for ``stream=true`` (called with ``stream=True``): yields
-        ``("segment", seg)`` as each window is decoded, then ``transcribe``'s answer."""
+        ``("segment", seg)`` as they are decoded (a batch at a time), then ``transcribe``'s answer."""
         loop = asyncio.get_running_loop()
         decoded: asyncio.Queue = asyncio.Queue()
 
@@ -410,7 +410,7 @@ def _drain(seconds: float, again: threading.Event) -> None:
 def serve_on_ray(config: ServerConfig, address: str, replicas: str, drain_seconds: float) -> int:
     """``deskscribe serve --ray``: deploy, say where, and wait for SIGTERM / Ctrl+C; then
     drain as the single server does (new requests get 503, those in flight finish, up to
-    ``drain_seconds``; a second signal stops at once) and delete the application."""
+    ``drain_seconds``; a second signal stops that wait) and delete the application."""
     try:
         connect(address)
         layout = plan(replicas, ray.cluster_resources(), config.device)
