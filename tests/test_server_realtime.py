@@ -81,12 +81,26 @@ async def send_audio(conn, pcm: bytes, speed: float = SPEED) -> None:
         await asyncio.sleep(0.1 / speed)
 
 
-async def collect(conn, until, timeout: float = 60.0) -> list:
-    """Events until ``until(events)`` holds."""
+async def collect(conn, until, timeout: float = 60.0, sender=None) -> list:
+    """Events until ``until(events)`` holds; checked again when ``sender`` (the task streaming
+    the audio) ends, since the last event may come before the last audio is sent."""
     events: list = []
     deadline = time.monotonic() + timeout
-    while not until(events):
-        events.append(await recv(conn, max(0.1, deadline - time.monotonic())))
+    pending = None
+    try:
+        while not until(events):
+            pending = pending or asyncio.ensure_future(conn.recv())
+            waits = {pending} if sender is None or sender.done() else {pending, sender}
+            left = max(0.1, deadline - time.monotonic())
+            done, _ = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                raise TimeoutError(f"no event for {left:.0f} s; so far {[e.type for e in events]}")
+            if pending in done:
+                events.append(pending.result())
+                pending = None
+    finally:
+        if pending is not None:
+            pending.cancel()  # the SDK's recv (websockets') loses nothing when cancelled
     return events
 
 
@@ -122,7 +136,7 @@ async def transcribe(
         pcm = pcm24(np.concatenate([silence(0.3), audio16, silence(1.2)]))
         sender = asyncio.create_task(send_audio(conn, pcm))
         if turn_detection:
-            events = await collect(conn, lambda ev: sender.done() and settled(ev))
+            events = await collect(conn, lambda ev: sender.done() and settled(ev), sender=sender)
         else:
             await sender
             await conn.input_audio_buffer.commit()
@@ -304,7 +318,7 @@ def test_bad_events_get_error_events_and_the_session_goes_on(served, clips):
             # ... and it still transcribes.
             pcm = pcm24(np.concatenate([silence(0.3), clips["sentence"], silence(1.2)]))
             sender = asyncio.create_task(send_audio(c, pcm, speed=6.0))
-            events = await collect(c, lambda ev: sender.done() and settled(ev))
+            events = await collect(c, lambda ev: sender.done() and settled(ev), sender=sender)
             await c.input_audio_buffer.clear()
             cleared = await recv(c)
             return bad, unknown_model, bad_format, bad_include, unsupported, empty, events, cleared
@@ -341,7 +355,7 @@ def test_beta_transcription_session(served, clips):
             updated = await recv(conn)
             pcm = pcm24(np.concatenate([silence(0.3), clips["other"], silence(1.2)]))
             sender = asyncio.create_task(send_audio(conn, pcm, speed=6.0))
-            events = await collect(conn, lambda ev: sender.done() and settled(ev))
+            events = await collect(conn, lambda ev: sender.done() and settled(ev), sender=sender)
             return created, updated, events
 
     created, updated, events = asyncio.run(go())
