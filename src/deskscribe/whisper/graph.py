@@ -1,9 +1,11 @@
 """Build our Whisper encoder and decoder ONNX graphs from a :class:`Checkpoint`.
 
-Encoder: ``mel [B, n_mels, 3000]`` → ``cross_k_i [B, H, dh, S]`` and ``cross_v_i [B, H, S, dh]``
+Encoder: ``mel [B, n_mels, F]`` → ``cross_k_i [B, H, dh, S]`` and ``cross_v_i [B, H, S, dh]``
 for each decoder layer i: the cross-attention keys/values, computed once per window. They are
 separate tensors, not one stacked array, so that a decoder step reads each layer's in place
-instead of copying the whole stack.
+instead of copying the whole stack. ``F`` is 3000 frames (a 30 s window, ``S`` = 1500) for
+everything but live passes, which may encode a shorter context (an even ``F`` < 3000: the
+positional embedding is cut to ``S`` = F / 2, as whisper.cpp's ``audio_ctx``).
 
 Decoder: ``tokens [B, T]`` + ``cache_index [B]`` + self-attention cache (``past_k [L, B, H, dh, P]``, ``past_v
 [L, B, H, P, dh]``) + the cross K/V → ``logits [B, V]`` of the last position, ``present_k/v``
@@ -28,7 +30,7 @@ from .onnx_writer import GraphWriter
 from .weights import Checkpoint
 
 VARIANTS = ("fp32", "fp16", "int8")
-GRAPH_VERSION = 6  # bump when the graphs change: built models must be rebuilt
+GRAPH_VERSION = 7  # bump when the graphs change: built models must be rebuilt
 
 
 @dataclass
@@ -146,7 +148,7 @@ def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
     b = _Builder(ckpt, g, cfg)
     try:
         dh_a = d.n_audio_state // d.n_audio_head
-        mel = g.add_input("mel", TensorProto.FLOAT, ["batch", d.n_mels, 2 * d.n_audio_ctx])
+        mel = g.add_input("mel", TensorProto.FLOAT, ["batch", d.n_mels, "frames"])
         # The convolutions stay in float even in the int8 variant (quantizing them costs accuracy).
         x = g.op("Cast", mel, to=cfg.onnx_dtype)
         for conv, stride in (("conv1", 1), ("conv2", 2)):
@@ -161,7 +163,10 @@ def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
             )
             x = b.gelu(x)
         x = g.op("Transpose", x, perm=[0, 2, 1])
-        x = g.op("Add", x, b.float_weight("enc.pos"))
+        # The positions of the frames there are (all 1500 for a 30 s window).
+        n_pos = g.op("Shape", x, start=1, end=2)
+        pos = g.op("Slice", b.float_weight("enc.pos"), g.const([0]), n_pos, g.const([0]))
+        x = g.op("Add", x, pos)
         scale = dh_a**-0.5
         for i in range(d.n_audio_layer):
             p = f"enc.{i}"
@@ -202,8 +207,8 @@ def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
             v = b.split_heads(b.linear(x, f"{p}.v"), H, dh_t, [0, 2, 1, 3])
             g.identity(k, f"cross_k_{i}")
             g.identity(v, f"cross_v_{i}")
-            g.add_output(f"cross_k_{i}", cfg.onnx_dtype, ["batch", H, dh_t, d.n_audio_ctx])
-            g.add_output(f"cross_v_{i}", cfg.onnx_dtype, ["batch", H, d.n_audio_ctx, dh_t])
+            g.add_output(f"cross_k_{i}", cfg.onnx_dtype, ["batch", H, dh_t, "positions"])
+            g.add_output(f"cross_v_{i}", cfg.onnx_dtype, ["batch", H, "positions", dh_t])
         g.save()
     except BaseException:
         g.abort()
@@ -231,7 +236,7 @@ def build_decoder(
     b = _Builder(ckpt, g, cfg)
     try:
         L, H, dh = d.n_text_layer, d.n_text_head, d.n_text_state // d.n_text_head
-        S = d.n_audio_ctx
+        S = "positions"  # the encoder's: 1500, or fewer for a shorter context
         ft = cfg.onnx_dtype
         tokens = g.add_input("tokens", TensorProto.INT64, ["batch", "tokens"])
         # The self-attention cache is a buffer per layer with room to spare: slots at and after
@@ -249,6 +254,7 @@ def build_decoder(
         n_batch = g.op("Shape", tokens, start=0, end=1)
         n_audio = g.op("Shape", cross_k[0], start=0, end=1)
         slots = g.op("Shape", past_k[0], start=3, end=4)
+        n_pos = g.op("Shape", cross_k[0], start=3, end=4)
         zero, one, axis0 = g.const(0), g.const(1), g.const([0])
         start = g.op("Squeeze", past_len, axis0)
         stop = g.op("Squeeze", g.op("Add", past_len, n_new), axis0)
@@ -304,11 +310,9 @@ def build_decoder(
             if heads:
                 # [audio_batch, A_i, G*T, S] -> [batch, A_i, T, S]
                 picked = g.op("Gather", probs, g.const(heads), axis=1)
-                shape5 = g.op(
-                    "Concat", n_audio, g.const([len(heads), -1]), n_new, g.const([S]), axis=0
-                )
+                shape5 = g.op("Concat", n_audio, g.const([len(heads), -1]), n_new, n_pos, axis=0)
                 picked = g.op("Transpose", g.op("Reshape", picked, shape5), perm=[0, 2, 1, 3, 4])
-                shape4 = g.op("Concat", n_batch, g.const([len(heads)]), n_new, g.const([S]), axis=0)
+                shape4 = g.op("Concat", n_batch, g.const([len(heads)]), n_new, n_pos, axis=0)
                 align.append(g.op("Reshape", picked, shape4))
             x = g.op("Add", x, b.mlp(b.layer_norm(x, f"{p}.mlp_ln"), p))
 

@@ -223,7 +223,7 @@ class WhisperModel:
                 return fn(self.sessions)
 
     def encode(self, mel: np.ndarray) -> AudioFeatures:
-        """``mel [B, n_mels, 3000]`` float32 → cross K/V for the decoder."""
+        """``mel [B, n_mels, frames]`` float32 (3000 frames: a 30 s window) → cross K/V."""
         mel = np.ascontiguousarray(mel, dtype=np.float32)
         n = self.dims.n_text_layer
 
