@@ -39,6 +39,11 @@ class TranscribeOptions:
     word_timestamps: bool = False
     without_timestamps: bool = False
     silence_rms: float = 1e-4  # windows quieter than this are not decoded at all
+    # A window shorter than 30 s is encoded with only its own audio plus this many seconds of
+    # silence (rounded up to whole seconds, at least 10 s), not padded to 30 s: the encoder's
+    # cost falls with the length (whisper.cpp's ``audio_ctx``). For live passes; None: always
+    # 30 s, as Whisper was trained.
+    context_pad_seconds: float | None = None
     # The batched path (batched.py): VAD speech packed into 30 s chunks, decoded
     # ``batch_size`` at a time (0: chosen for the device). Chunks are independent, so
     # previous-text conditioning does not apply there; ``initial_prompt`` does. When the

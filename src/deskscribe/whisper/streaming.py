@@ -56,6 +56,9 @@ class StreamingOptions:
     vocabulary: str | None = None  # names and jargon, in the prompt of every pass (prompt.py)
     vad_threshold: float = 0.5
     segment_max_seconds: float = 15.0
+    # Passes encode their audio plus this much silence, not a 30 s window (options.py's
+    # ``context_pad_seconds``); None: 30 s.
+    context_pad_seconds: float | None = 2.0
 
 
 @dataclass
@@ -302,6 +305,7 @@ class OnlineTranscriber:
             word_timestamps=True,
             initial_prompt=(self._prompt_before(start) if same else "") or None,
             vocabulary=self._vocabulary,
+            context_pad_seconds=self.options.context_pad_seconds,
         )
         if not final:
             options.temperatures = (0.0,)

@@ -10,6 +10,7 @@ in memory, so a 3-hour file costs no more RAM than a 30 s one.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -184,7 +185,7 @@ def transcribe_blocks(
             advance(segment_frames)
             continue
 
-        features = model.encode(log_mel(chunk, model.n_mels)[None])
+        features = model.encode(_window_mel(chunk, model.n_mels, opt)[None])
         if not forced:
             _, probs = WindowDecoder(model, DecodingOptions()).detect_language(features)
             found = choose(probs, opt.languages)
@@ -200,7 +201,7 @@ def transcribe_blocks(
                     chunk = chunk[: runs[0][1]]
                     segment_frames = chunk.shape[0] // HOP_LENGTH
                     window_seconds = segment_frames * FRAME_SECONDS
-                    features = model.encode(log_mel(chunk, model.n_mels)[None])
+                    features = model.encode(_window_mel(chunk, model.n_mels, opt)[None])
             info.language = info.language or language
             if last_language is not None and language != last_language:
                 prompt_reset = len(all_tokens)  # text in another language would be copied
@@ -316,6 +317,25 @@ def check_languages(tk, languages: tuple[str, ...]) -> None:
 def _report(progress: Progress | None, done: float, total: float) -> None:
     if progress is not None:
         progress(done, total)
+
+
+# A shorter context is never shorter than this. Below about 8 s Whisper garbles real speech:
+# the JFK recording, streamed in live passes with 2 s of padding and no minimum, began "And so
+# my fellow Awakens and my fellow militia migrants! SO, SO, MY CL AS NOT" (tiny.en int8); from
+# 10 s on, the text was the 30 s window's.
+CONTEXT_MIN_SECONDS = 10
+
+
+def _window_mel(chunk: np.ndarray, n_mels: int, opt: TranscribeOptions) -> np.ndarray:
+    """The window's log-mel: 30 s, or (``context_pad_seconds``) only the audio there is plus
+    that much silence, in whole seconds, at least ``CONTEXT_MIN_SECONDS``. Both give the same
+    frames where they overlap: the padding is silence either way, and the clamp follows the
+    loudest frame, which is speech."""
+    if opt.context_pad_seconds is None:
+        return log_mel(chunk, n_mels)
+    seconds = math.ceil(chunk.shape[0] / SAMPLE_RATE + opt.context_pad_seconds)
+    seconds = max(CONTEXT_MIN_SECONDS, seconds)
+    return log_mel(chunk, n_mels, pad_to=min(N_SAMPLES, seconds * SAMPLE_RATE))
 
 
 def _decode_with_fallback(
