@@ -162,19 +162,28 @@ def delays(watch: Watcher, ref: list, play_wall: float, offset: float) -> dict[s
     return out
 
 
-def run_model(name: str, folder: Path, wav: Path, ref_text: str, ref_words: list, pulse) -> dict:
+def run_model(
+    name: str, folder: Path, wav: Path, ref_text: str, ref_words: list, pulse, pad: float | None
+) -> dict:
     from deskscribe.audio.decode import decode_audio
     from deskscribe.audio.devices import find_device
     from deskscribe.audio.sessions import read_track
     from deskscribe.service.live import LiveOptions, LiveSession
     from deskscribe.whisper.model import WhisperModel
+    from deskscribe.whisper.streaming import StreamingOptions
 
-    sink = f"bench_{name.replace('.', '_').replace(' ', '_')}"
+    sink = f"bench_{name} {pad}".replace(".", "_").replace(" ", "_")
     monitor = pulse.add_null_sink(sink)
     model = WhisperModel(folder, device="cpu")
     watch = Watcher()
     session = LiveSession(
-        model, LiveOptions(source="system", system=find_device("system", monitor)), watch
+        model,
+        LiveOptions(
+            source="system",
+            system=find_device("system", monitor),
+            streaming=StreamingOptions(context_pad_seconds=pad),
+        ),
+        watch,
     )
     decode_times = timed_decodes(session.transcriber)
     session.start()
@@ -197,7 +206,7 @@ def run_model(name: str, folder: Path, wav: Path, ref_text: str, ref_words: list
     d = delays(watch, ref_words, play_wall, offset)
     hyp = " ".join(s.text for s in transcript.segments)
     return {
-        "model": name,
+        "model": name + ("" if pad is None else f", context +{pad:g} s"),
         "wer": wer(ref_text, hyp),
         "tentative": d["tentative"],
         "committed": d["committed"],
@@ -228,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="tiny.en,base")
     p.add_argument("--variants", default="int8,fp32", help="model precisions to build and run")
+    p.add_argument(
+        "--context-pads",
+        default="2",
+        help="live passes' encoder context: seconds of silence after the buffer (none: 30 s "
+        "windows); several, comma-separated, to compare",
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--sentences", type=int, default=len(SENTENCES))
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -256,7 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         ref_words = reference_words(ref_model, wav)
         del ref_model
         print(f"conversation: {len(SENTENCES[: args.sentences])} sentences, {len(ref_words)} words")
-        results = [run_model(m, f, wav, ref_text, ref_words, pulse) for m, f in folders.items()]
+        pads = [None if v == "none" else float(v) for v in args.context_pads.split(",")]
+        results = [
+            run_model(m, f, wav, ref_text, ref_words, pulse, pad)
+            for m, f in folders.items()
+            for pad in pads
+        ]
     finally:
         pulse.stop()
     print()
