@@ -1,17 +1,23 @@
 """Hour-long live meeting in real time: CPU, memory and latency over the hour, plotted.
 
     python bench/live_soak.py [--minutes 60] [--model tiny.en] [--variant int8]
-                              [--out bench/out/live_soak] [--no-compare]
+                              [--capture pushed|pulse] [--out bench/out/live_soak] [--no-compare]
 
 A real ``LiveSession`` (recorder thread, session files, streaming transcriber, health
-monitor, degradation) on a ``PushedCapture`` fed in real time (0.1 s blocks on the wall
-clock, as a device would) with the real recordings of ``../shared/eval`` (AMI meeting clips,
-the phone call, jfk.flac) looped with 1 s pauses, for ``--minutes``. The session's own health
+monitor, degradation) fed in real time with the real recordings of ``../shared/eval`` (AMI
+meeting clips, the phone call, jfk.flac) looped with 1 s pauses, for ``--minutes``. With
+``--capture pushed`` (the default) the audio is pushed into a ``PushedCapture`` in 0.1 s
+blocks on the wall clock, as a device would deliver it. With ``--capture pulse`` it goes
+through the real capture path: a private PulseAudio server (the tests' ``tests/pulse.py``),
+``paplay`` into a null sink, the session recording the sink's monitor through PortAudio, as
+``deskscribe live --source system`` does. The session's own health
 readings (once a second: CPU share of the machine, RSS, lag, decode times, commit latency) are
 kept and plotted as ``<out>.png`` (matplotlib), and written as ``<out>.jsonl``.
 
 At the end it checks what an hour must keep:
-- the recording is exact: the session's track holds every pushed sample, equal to them;
+- the recording is exact: the session's track holds every pushed sample, equal to them (with
+  ``pulse``: the clip is found in the track, and a second of it every minute is found again
+  where it should be, with its correlation and its lag: a lost block would shift the lag);
 - the transcript is complete: its WER against the file path (``transcribe_file``, the same
   model, on the same audio) — words the live path lost would show up as deletions;
 - memory is flat after warm-up (least-squares slope of RSS over the second half, MiB/hour);
@@ -31,8 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-from common import DEFAULT_CACHE, built_model, ct2_checkpoint, machine_line, wer
+from common import DEFAULT_CACHE, ROOT, built_model, ct2_checkpoint, machine_line, wer
 from live_memory import real_clips
+
+sys.path.insert(0, str(ROOT / "tests"))
+from conversations import clip_offset, write_wav
+from pulse import PulseServer
 
 SR = 16000
 BLOCK = SR // 10
@@ -57,6 +67,88 @@ def feed(capture, audio: np.ndarray) -> None:
     for i in range(0, audio.shape[0], BLOCK):
         capture.push(audio[i : i + BLOCK])
         time.sleep(max(0.0, began + (i + BLOCK) / SR - time.monotonic()))
+
+
+def found_again(recorded: np.ndarray, audio: np.ndarray) -> str:
+    """Where the played audio is in the recorded track, and a second of it every minute found
+    again there: its correlation and its lag (ms) from where it should be."""
+    offset = round(clip_offset(recorded, audio) * SR)
+    reach = SR // 20  # 50 ms either way
+    corrs, lags = [], []
+    for minute in range(0, audio.shape[0] // SR, 60):
+        start = minute * SR
+        while (
+            start + SR < audio.shape[0] and np.sqrt(np.mean(audio[start : start + SR] ** 2)) < 0.01
+        ):
+            start += SR // 2  # a pause between clips: the next second with speech
+        piece = audio[start : start + SR]
+        lo = offset + start - reach
+        window = recorded[max(0, lo) : lo + SR + 2 * reach]
+        if lo < 0 or window.shape[0] < SR + 2 * reach or piece.shape[0] < SR:
+            corrs.append(0.0)
+            continue
+        raw = np.correlate(window, piece, mode="valid")
+        energy = np.concatenate([[0.0], np.cumsum(window.astype(np.float64) ** 2)])
+        norms = np.sqrt((energy[SR:] - energy[:-SR]) * float(np.sum(piece.astype(np.float64) ** 2)))
+        c = raw / np.maximum(norms, 1e-12)
+        best = int(np.argmax(c))
+        corrs.append(float(c[best]))
+        lags.append((best - reach) * 1000 / SR)
+    return (
+        f"found at {offset / SR:.2f} s of a {recorded.shape[0] / SR:.0f} s track; {len(corrs)} "
+        f"seconds found again: correlation min {min(corrs):.2f}, lag {min(lags or [0]):+.1f} "
+        f"to {max(lags or [0]):+.1f} ms"
+    )
+
+
+def run_pushed(model, audio: np.ndarray, on_event):
+    from deskscribe.audio.pushed import PushedCapture
+    from deskscribe.audio.sessions import read_track
+    from deskscribe.service.live import LiveOptions, LiveSession
+
+    capture = PushedCapture(["system"], max_seconds=120)
+    session = LiveSession(model, LiveOptions(source="system"), on_event, capture=capture)
+    session.start()
+    feed(capture, audio)
+    session.stop()
+    transcript = session.wait(timeout=600)
+    recorded = read_track(session.folder, "system")
+    exact = recorded.shape[0] == audio.shape[0]
+    diff = float(np.max(np.abs(recorded[: audio.shape[0]] - audio))) if exact else float("nan")
+    check = (
+        f"{'exact' if exact else 'LENGTH DIFFERS'} ({recorded.shape[0]} of {audio.shape[0]} "
+        f"samples, max diff {diff:.1e})"
+    )
+    return transcript, check
+
+
+def run_pulse(model, audio: np.ndarray, on_event):
+    from deskscribe.audio.devices import find_device
+    from deskscribe.audio.sessions import read_track
+    from deskscribe.service.live import LiveOptions, LiveSession
+
+    folder = Path(tempfile.mkdtemp(prefix="ds-live-soak-"))
+    wav = write_wav(folder / "played.wav", audio)
+    pulse = PulseServer(folder / "pulse")
+    pulse.start()
+    os.environ.update(pulse.env)
+    try:
+        monitor = pulse.add_null_sink("soak")
+        options = LiveOptions(source="system", system=find_device("system", monitor))
+        session = LiveSession(model, options, on_event)
+        session.start()
+        while session.state == "starting":
+            time.sleep(0.05)
+        time.sleep(2.5)  # an idle null sink renders in 2 s blocks: let audio start flowing
+        player = pulse.play(wav, "soak")
+        player.wait()
+        time.sleep(2.0)  # the last utterance's pause: let it commit on its own
+        session.stop()
+        transcript = session.wait(timeout=600)
+        recorded = read_track(session.folder, "system")
+    finally:
+        pulse.stop()
+    return transcript, found_again(recorded, audio)
 
 
 def plot(readings: list[dict], path: Path, title: str) -> None:
@@ -101,12 +193,11 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--out", type=Path, default=DEFAULT_CACHE / "live_soak")
     ap.add_argument("--no-compare", action="store_true", help="skip the file-path transcript")
+    ap.add_argument("--capture", default="pushed", choices=["pushed", "pulse"])
     args = ap.parse_args()
 
     os.environ["DESKSCRIBE_DATA_DIR"] = tempfile.mkdtemp(prefix="deskscribe-live-soak-")
-    from deskscribe.audio.pushed import PushedCapture
-    from deskscribe.audio.sessions import read_track
-    from deskscribe.service.live import HealthReport, LiveOptions, LiveSession
+    from deskscribe.service.live import HealthReport
     from deskscribe.whisper.model import WhisperModel
     from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_blocks
 
@@ -117,7 +208,8 @@ def main() -> int:
     model = WhisperModel(folder, device="cpu")
     audio = looped([a for _, a in real_clips()], args.minutes * 60)
     print(f"# live soak, {machine_line(os.cpu_count() or 0)}")
-    print(f"model {model.name}; {audio.shape[0] / SR / 60:.1f} min of real speech, real time")
+    print(f"model {model.name}; {audio.shape[0] / SR / 60:.1f} min of real speech, real time, "
+          f"capture {args.capture}")  # fmt: skip
 
     readings: list[dict] = []
     lock = threading.Lock()
@@ -127,24 +219,18 @@ def main() -> int:
             with lock:
                 readings.append(event.health.__dict__.copy())
 
-    capture = PushedCapture(["system"], max_seconds=120)
-    session = LiveSession(model, LiveOptions(source="system"), on_event, capture=capture)
-    session.start()
     t0 = time.monotonic()
-    feed(capture, audio)
-    session.stop()
-    transcript = session.wait(timeout=600)
+    run = run_pulse if args.capture == "pulse" else run_pushed
+    transcript, recording = run(model, audio, on_event)
     wall = time.monotonic() - t0
-    recorded = read_track(session.folder, "system")
-    exact = recorded.shape[0] == audio.shape[0]
-    diff = float(np.max(np.abs(recorded[: audio.shape[0]] - audio))) if exact else float("nan")
     live_text = " ".join(s.text for s in transcript.segments)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out.with_suffix(".jsonl"), "w", encoding="utf-8") as f:
         for r in readings:
             f.write(json.dumps(r) + "\n")
-    plot(readings, args.out.with_suffix(".png"), f"{model.name}, {args.minutes:.0f} min live")
+    title = f"{model.name}, {args.minutes:.0f} min live, capture {args.capture}"
+    plot(readings, args.out.with_suffix(".png"), title)
 
     q = max(1, len(readings) // 4)
     first = [r["commit_latency_s"] for r in readings[:q]]
@@ -159,8 +245,7 @@ def main() -> int:
         f"| {readings[0]['memory_mb']:.0f} / {readings[-1]['memory_mb']:.0f} "
         f"| {slope_per_hour(readings):+.1f} | {np.median(first):.2f} / {np.median(last):.2f} "
         f"| {max(r['behind'] for r in readings):.1f} | {readings[-1]['decodes']} "
-        f"| {'exact' if exact else 'LENGTH DIFFERS'} ({recorded.shape[0]} of {audio.shape[0]} "
-        f"samples, max diff {diff:.1e}) |"
+        f"| {recording} |"
     )
     if not args.no_compare:
         options = TranscribeOptions()

@@ -9,7 +9,8 @@ every response format, with a streaming request now and then. With ``--realtime`
 client keeps a Realtime session open the whole time, streaming the recordings at 24 kHz.
 Every ``--every`` minutes it samples the server's resident memory (from /proc) and the
 requests' p50/p95 latency of that interval; at the end the growth of memory from the end of
-the warm-up (the first 10 %, at least 2 minutes) to the end, the target being at most 5 %, and
+the warm-up (the first 10 %, at least 2 minutes) to the end, the target being at most 5 % (from
+one sample to another, and from the median of the first few to that of the last few), and
 the slope of a line fitted to the second half (MiB per minute: what a day would add).
 
 Shared batches are on (``--shared-batch-cpu``: the code path a GPU server runs) unless
@@ -166,6 +167,12 @@ def main() -> int:
         growth = (after[-1] - after[0]) / after[0] * 100
         print(f"\nRSS after warm-up ({warm:g} min): {after[0]:.0f} -> {after[-1]:.0f} MiB, "
               f"growth {growth:+.1f} % (target <= 5 %); max {max(after):.0f} MiB")  # fmt: skip
+        # One sample swings by several per cent with what is decoding at that moment: the
+        # medians of the first and the last few after warm-up say more.
+        k = max(1, min(5, len(after) // 4))
+        a, b = float(np.median(after[:k])), float(np.median(after[-k:]))
+        print(f"median of the first / last {k} samples after warm-up: {a:.0f} -> {b:.0f} MiB, "
+              f"growth {(b - a) / a * 100:+.1f} %")  # fmt: skip
     late = np.array([(t, m) for t, m, _ in samples if t >= args.minutes / 2])
     if len(late) >= 3:
         slope = np.polyfit(late[:, 0], late[:, 1], 1)[0]
