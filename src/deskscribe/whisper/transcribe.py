@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -251,16 +252,25 @@ def transcribe_blocks(
                 time_offset,
                 segment_frames,
             )
-            # With word timestamps the next window starts after the last word when the last
-            # timestamp token falls behind it (as openai/whisper, which also moves back to
-            # an earlier word end: here that re-decoded the last word of live passes).
-            # Timestamp tokens can lag far behind the words (base int8 on the real call, on
-            # a VNNI CPU: 30 s of speech stamped 0-24 s), and a seek on them decodes the
-            # window's last sentence a second time.
-            ends = [w.end for seg in window_segments for w in seg.words]
-            if ends and not _single_ending(result.tokens, tk.timestamp_begin):
-                after_words = round((ends[-1] - time_offset) / FRAME_SECONDS)
-                advance_frames = max(advance_frames, min(after_words, segment_frames))
+            ends = [w.end - time_offset for seg in window_segments for w in seg.words]
+            last_word_end = ends[-1] if ends else None
+        elif window_segments and advance_frames < segment_frames:
+            # The same check without word timestamps: the window's words are aligned (one
+            # decoder run over its tokens), not kept.
+            last_word_end = _last_word_end(
+                model, features, language, opt, window_segments, piece_logprobs, segment_frames
+            )
+        else:
+            last_word_end = None
+        # The next window starts after the last word when the last timestamp token falls
+        # behind it (as openai/whisper with word timestamps, which also moves back to an
+        # earlier word end: here that re-decoded the last word of live passes). Timestamp
+        # tokens can lag far behind the words (base int8 on the real call, on a VNNI CPU:
+        # 30 s of speech stamped 0-24 s), and a seek on them decodes the window's last
+        # sentences a second time.
+        if last_word_end is not None and not _single_ending(result.tokens, tk.timestamp_begin):
+            after_words = round(last_word_end / FRAME_SECONDS)
+            advance_frames = max(advance_frames, min(after_words, segment_frames))
         all_tokens += [t for s in window_segments for t in s.tokens]
         if not conditioned or result.temperature > 0.5:
             prompt_reset = len(all_tokens)
@@ -390,6 +400,22 @@ def _split_window(
     if stamps and stamps[-1] != ts_begin:
         duration = (stamps[-1] - ts_begin) * 0.02
     return [(0.0, duration, 0, len(tokens))], segment_frames
+
+
+def _last_word_end(
+    model: WhisperModel,
+    features: AudioFeatures,
+    language: str | None,
+    opt: TranscribeOptions,
+    segments: list[Segment],
+    piece_logprobs: list[list[float]],
+    segment_frames: int,
+) -> float | None:
+    """Where the window's last word ends (s from the window start), from the alignment."""
+    copies = [replace(s, words=[]) for s in segments]
+    _add_words(model, features, language, opt, copies, piece_logprobs, 0.0, segment_frames)
+    ends = [w.end for s in copies for w in s.words]
+    return ends[-1] if ends else None
 
 
 def _add_words(
