@@ -41,7 +41,7 @@ from common import DEFAULT_CACHE, ROOT, built_model, ct2_checkpoint, machine_lin
 from live_memory import real_clips
 
 sys.path.insert(0, str(ROOT / "tests"))
-from conversations import clip_offset, write_wav
+from conversations import best_match, clip_offset, write_wav
 from pulse import PulseServer
 
 SR = 16000
@@ -87,12 +87,8 @@ def found_again(recorded: np.ndarray, audio: np.ndarray) -> str:
         if lo < 0 or window.shape[0] < SR + 2 * reach or piece.shape[0] < SR:
             corrs.append(0.0)
             continue
-        raw = np.correlate(window, piece, mode="valid")
-        energy = np.concatenate([[0.0], np.cumsum(window.astype(np.float64) ** 2)])
-        norms = np.sqrt((energy[SR:] - energy[:-SR]) * float(np.sum(piece.astype(np.float64) ** 2)))
-        c = raw / np.maximum(norms, 1e-12)
-        best = int(np.argmax(c))
-        corrs.append(float(c[best]))
+        best, score = best_match(window, piece)
+        corrs.append(score)
         lags.append((best - reach) * 1000 / SR)
     return (
         f"found at {offset / SR:.2f} s of a {recorded.shape[0] / SR:.0f} s track; {len(corrs)} "

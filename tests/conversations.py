@@ -265,6 +265,20 @@ def clip_offset(recorded: np.ndarray, clip: np.ndarray) -> float:
     return int(np.argmax(corr[: a.shape[0]])) * 160 / SAMPLE_RATE
 
 
+def best_match(near: np.ndarray, piece: np.ndarray) -> tuple[int, float]:
+    """(offset in ``near``, score) where ``piece`` matches best: the normalized
+    cross-correlation at every offset where it fits whole (score 1.0: the same waveform)."""
+    near, piece = near.astype(np.float64), piece.astype(np.float64)
+    size = piece.shape[0]
+    dots = np.correlate(near, piece, mode="valid")
+    energy = np.concatenate([[0.0], np.cumsum(near**2)])
+    scores = dots / (
+        np.sqrt(np.maximum(energy[size:] - energy[:-size], 1e-12)) * np.linalg.norm(piece)
+    )
+    best = int(np.argmax(scores))
+    return best, float(scores[best])
+
+
 def read_wav(path: Path) -> np.ndarray:
     with wave.open(str(path), "rb") as w:
         data = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")

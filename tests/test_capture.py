@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import espeak, load
+from conversations import best_match
 from deskscribe.audio.capture import SAMPLE_RATE, Capture, RingBuffer, level_db, mix
 from deskscribe.audio.devices import (
     CaptureDeviceError,
@@ -141,24 +142,18 @@ def heard(
     there, each within `PIECE_SLACK_S` of where the one before it was found)."""
     lag, _ = find_clip(audio, clip)
     size, slack = round(PIECE_S * SAMPLE_RATE), round(PIECE_SLACK_S * SAMPLE_RATE)
-    audio, wide = audio.astype(np.float64), clip.astype(np.float64)
     shift, found, pieces = 0, 0, 0
     for at in range(0, len(clip) - size + 1, size):
         if level_db(clip[at : at + size]) < -40.0:
             continue  # a pause: nothing to recognise it by
-        piece = wide[at : at + size]
+        piece = clip[at : at + size]
         pieces += 1
         lo = max(0, lag + at + shift - slack)
         near = audio[lo : lag + at + shift + size + slack]
         if len(near) < size:
             continue
-        dots = np.correlate(near, piece, mode="valid")
-        energy = np.concatenate([[0.0], np.cumsum(near**2)])
-        scores = dots / (
-            np.sqrt(np.maximum(energy[size:] - energy[:-size], 1e-12)) * np.linalg.norm(piece)
-        )
-        best = int(np.argmax(scores))
-        if scores[best] >= piece_heard:
+        best, score = best_match(near, piece)
+        if score >= piece_heard:
             found += 1
             shift = lo + best - (lag + at)
     return lag, found / max(pieces, 1)
