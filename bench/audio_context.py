@@ -33,6 +33,7 @@ from common import (
     ROOT,
     ami_clips,
     built_model,
+    call_segments,
     ct2_checkpoint,
     machine_line,
     markdown_table,
@@ -46,13 +47,8 @@ CALL_PIECE_SECONDS = 12.0
 
 def call_pieces(audio: np.ndarray) -> list[tuple[np.ndarray, str]]:
     """The call cut between reference segments into buffers of at most 12 s, with their words."""
-    segs = []
-    for line in (EVAL / "two-speakers.stm").read_text(encoding="utf-8").splitlines():
-        parts = line.split(None, 5)
-        if len(parts) == 6 and not line.startswith(";;"):
-            segs.append((float(parts[3]), float(parts[4]), parts[5]))
     pieces, group = [], []
-    for seg in segs:
+    for seg in call_segments(EVAL):
         if group and seg[1] - group[0][0] > CALL_PIECE_SECONDS:
             pieces.append(group)
             group = []

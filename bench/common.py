@@ -233,14 +233,20 @@ def cpu_flags() -> str:
     return f"CPU flags: {' '.join(have) or 'none of ' + ', '.join(INT8_FLAGS)} ({'VNNI' if vnni else 'no VNNI'})"
 
 
-def call_recording(eval_dir: Path) -> tuple[Path, str, float]:
-    """The real phone call (two-speakers.wav) and its reference words (two-speakers.stm)."""
-    wav = eval_dir / "two-speakers.wav"
-    words = []
+def call_segments(eval_dir: Path) -> list[tuple[float, float, str]]:
+    """The real phone call's reference segments (two-speakers.stm): start, end (s), words."""
+    segments = []
     for line in (eval_dir / "two-speakers.stm").read_text(encoding="utf-8").splitlines():
         parts = line.split(None, 5)
         if len(parts) == 6 and not line.startswith(";;"):
-            words.append(parts[5])
+            segments.append((float(parts[3]), float(parts[4]), parts[5]))
+    return segments
+
+
+def call_recording(eval_dir: Path) -> tuple[Path, str, float]:
+    """The real phone call (two-speakers.wav) and its reference words (two-speakers.stm)."""
+    wav = eval_dir / "two-speakers.wav"
+    words = [text for _, _, text in call_segments(eval_dir)]
     import wave
 
     with wave.open(str(wav)) as w:
