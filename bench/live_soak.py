@@ -97,13 +97,15 @@ def found_again(recorded: np.ndarray, audio: np.ndarray) -> str:
     )
 
 
-def run_pushed(model, audio: np.ndarray, on_event):
+def run_pushed(model, audio: np.ndarray, on_event, streaming):
     from deskscribe.audio.pushed import PushedCapture
     from deskscribe.audio.sessions import read_track
     from deskscribe.service.live import LiveOptions, LiveSession
 
     capture = PushedCapture(["system"], max_seconds=120)
-    session = LiveSession(model, LiveOptions(source="system"), on_event, capture=capture)
+    session = LiveSession(
+        model, LiveOptions(source="system", streaming=streaming), on_event, capture=capture
+    )
     session.start()
     feed(capture, audio)
     session.stop()
@@ -118,19 +120,21 @@ def run_pushed(model, audio: np.ndarray, on_event):
     return transcript, check
 
 
-def run_pulse(model, audio: np.ndarray, on_event):
+def run_pulse(model, audio: np.ndarray, on_event, streaming):
     from deskscribe.audio.devices import find_device
     from deskscribe.audio.sessions import read_track
     from deskscribe.service.live import LiveOptions, LiveSession
 
     folder = Path(tempfile.mkdtemp(prefix="ds-live-soak-"))
     wav = write_wav(folder / "played.wav", audio)
+    (folder / "pulse").mkdir()
     pulse = PulseServer(folder / "pulse")
     pulse.start()
     os.environ.update(pulse.env)
     try:
         monitor = pulse.add_null_sink("soak")
-        options = LiveOptions(source="system", system=find_device("system", monitor))
+        system = find_device("system", monitor)
+        options = LiveOptions(source="system", system=system, streaming=streaming)
         session = LiveSession(model, options, on_event)
         session.start()
         while session.state == "starting":
@@ -190,11 +194,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_CACHE / "live_soak")
     ap.add_argument("--no-compare", action="store_true", help="skip the file-path transcript")
     ap.add_argument("--capture", default="pushed", choices=["pushed", "pulse"])
+    ap.add_argument("--context-pad", default="2",
+                    help="seconds of silence after a live pass's audio (the live default), "
+                         "or 'none' for 30 s windows")  # fmt: skip
     args = ap.parse_args()
 
     os.environ["DESKSCRIBE_DATA_DIR"] = tempfile.mkdtemp(prefix="deskscribe-live-soak-")
     from deskscribe.service.live import HealthReport
     from deskscribe.whisper.model import WhisperModel
+    from deskscribe.whisper.streaming import StreamingOptions
     from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_blocks
 
     name = f"{args.model}-{args.variant}"
@@ -205,7 +213,7 @@ def main() -> int:
     audio = looped([a for _, a in real_clips()], args.minutes * 60)
     print(f"# live soak, {machine_line(os.cpu_count() or 0)}")
     print(f"model {model.name}; {audio.shape[0] / SR / 60:.1f} min of real speech, real time, "
-          f"capture {args.capture}")  # fmt: skip
+          f"capture {args.capture}, context pad {args.context_pad}")  # fmt: skip
 
     readings: list[dict] = []
     lock = threading.Lock()
@@ -217,7 +225,8 @@ def main() -> int:
 
     t0 = time.monotonic()
     run = run_pulse if args.capture == "pulse" else run_pushed
-    transcript, recording = run(model, audio, on_event)
+    pad = None if args.context_pad == "none" else float(args.context_pad)
+    transcript, recording = run(model, audio, on_event, StreamingOptions(context_pad_seconds=pad))
     wall = time.monotonic() - t0
     live_text = " ".join(s.text for s in transcript.segments)
 
@@ -246,6 +255,8 @@ def main() -> int:
     if not args.no_compare:
         options = TranscribeOptions()
         offline = " ".join(s.text for s in transcribe_blocks(model, [audio], options))
+        args.out.with_suffix(".live.txt").write_text(live_text + "\n", encoding="utf-8")
+        args.out.with_suffix(".file.txt").write_text(offline + "\n", encoding="utf-8")
         print(f"live vs file path on the same audio: WER {wer(offline, live_text):.1%} "
               f"({len(live_text.split())} vs {len(offline.split())} words)")  # fmt: skip
     print(f"plot: {args.out.with_suffix('.png')}")
