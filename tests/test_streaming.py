@@ -12,7 +12,12 @@ import pytest
 
 from conftest import espeak, load, normalize, wer
 from deskscribe.transcript import Word
-from deskscribe.whisper.streaming import LocalAgreement, OnlineTranscriber, StreamingOptions
+from deskscribe.whisper.streaming import (
+    LocalAgreement,
+    OnlineTranscriber,
+    StreamingOptions,
+    drop_collapsed,
+)
 
 SR = 16000
 JFK = Path("/work/shared/eval/jfk.flac")
@@ -129,6 +134,24 @@ def test_local_agreement_commits_the_shared_prefix_once():
         " are",
         " you",
     ]
+
+
+def test_words_piled_up_at_one_instant_are_dropped():
+    # The words of a real live pass (tiny.en int8, an AMI meeting clip, 2026-12-02): after
+    # "link." Whisper ran on into the silence and said the sentence again, every word of it
+    # at 41.834 s with no duration. Without the filter the transcript had it twice.
+    said = [(" that", 39.674, 40.234), (" there's", 40.234, 40.514), (" a", 40.514, 40.734),
+            (" project", 40.734, 41.054), (" documents", 41.054, 41.834)]  # fmt: skip
+    again = ["link.", "No,", "on", "the", "desktop,", "you'll", "find", "that", "there's", "a",
+             "project", "documents"]  # fmt: skip
+    words = [Word(start=s, end=e, text=t) for t, s, e in said]
+    words += [Word(start=41.834, end=41.834, text=" " + t) for t in again]
+    words.append(Word(start=41.834, end=42.514, text=" link."))
+    kept = drop_collapsed(words)
+    assert "".join(x.text for x in kept) == " that there's a project documents link."
+    # Real words keep their own times, even short ones and two at one instant.
+    quick = [w(" I", 1.0), Word(start=1.3, end=1.3, text=" a"), Word(1.3, 1.5, " cat")]
+    assert drop_collapsed(quick) == quick
 
 
 def count_encoder_runs(model, monkeypatch) -> list[int]:

@@ -76,6 +76,29 @@ class StreamUpdate:
         return "".join(w.text for w in self.tentative).strip()
 
 
+def drop_collapsed(words: list[Word], run: int = 3) -> list[Word]:
+    """Words after the first of ``run`` or more that all start at the same instant with no
+    duration: the alignment found no audio left for them. That is Whisper running on into the
+    silence after the speech, mostly repeating what it just said (a live pass on a buffer
+    of real meeting speech wrote "... project documents link. No, on the desktop, you'll find
+    that there's a project documents link.", the second time all at one instant)."""
+    kept: list[Word] = []
+    i = 0
+    while i < len(words):
+        j = i + 1
+        while (
+            j < len(words)
+            and abs(words[j].start - words[i].start) < 0.02
+            and words[j - 1].end - words[j - 1].start < 0.02
+        ):
+            j += 1
+        kept.append(words[i])
+        if j - i < run:
+            kept.extend(words[i + 1 : j])
+        i = j
+    return kept
+
+
 def _key(text: str) -> str:
     """Word identity for agreement: case and punctuation do not count."""
     return re.sub(r"[^\w']+", "", text.lower())
@@ -319,6 +342,7 @@ class OnlineTranscriber:
                 words.append(
                     replace(w, start=round(w.start + offset, 3), end=round(w.end + offset, 3))
                 )
+        words = drop_collapsed(words)
         self.decode_count += 1
         self.decode_seconds = [*self.decode_seconds[-999:], time.perf_counter() - began]
         self._last_words = words if confident else []
