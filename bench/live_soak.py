@@ -151,6 +151,21 @@ def run_pulse(model, audio: np.ndarray, on_event, streaming):
     return transcript, found_again(recorded, audio)
 
 
+def repeats(text: str, n: int = 6, within: int = 40) -> int:
+    """Runs of ``n`` words that already occurred in the ``within`` words before them: a live
+    path that commits a phrase twice shows up here (real speech repeats short phrases)."""
+    words = [w.strip('.,?!;:"').lower() for w in text.split()]
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    found, i = 0, 0
+    while i < len(grams):
+        if grams[i] in grams[max(0, i - within) : max(0, i - n + 1)]:
+            found += 1
+            i += n  # one repeated phrase counts once
+        else:
+            i += 1
+    return found
+
+
 def plot(readings: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
@@ -201,6 +216,7 @@ def main() -> int:
 
     os.environ["DESKSCRIBE_DATA_DIR"] = tempfile.mkdtemp(prefix="deskscribe-live-soak-")
     from deskscribe.service.live import HealthReport
+    from deskscribe.transcript.export import render
     from deskscribe.whisper.model import WhisperModel
     from deskscribe.whisper.streaming import StreamingOptions
     from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_blocks
@@ -256,9 +272,12 @@ def main() -> int:
         options = TranscribeOptions()
         offline = " ".join(s.text for s in transcribe_blocks(model, [audio], options))
         args.out.with_suffix(".live.txt").write_text(live_text + "\n", encoding="utf-8")
+        args.out.with_suffix(".live.json").write_text(render(transcript, "json"), "utf-8")
         args.out.with_suffix(".file.txt").write_text(offline + "\n", encoding="utf-8")
         print(f"live vs file path on the same audio: WER {wer(offline, live_text):.1%} "
               f"({len(live_text.split())} vs {len(offline.split())} words)")  # fmt: skip
+        print(f"phrases of 6 words said again within 40 words: live {repeats(live_text)}, "
+              f"file path {repeats(offline)}")  # fmt: skip
     print(f"plot: {args.out.with_suffix('.png')}")
     return 0
 
