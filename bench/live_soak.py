@@ -268,11 +268,11 @@ def main() -> int:
         f"| {max(r['behind'] for r in readings):.1f} | {readings[-1]['decodes']} "
         f"| {recording} |"
     )
+    args.out.with_suffix(".live.txt").write_text(live_text + "\n", encoding="utf-8")
+    args.out.with_suffix(".live.json").write_text(render(transcript, "json"), "utf-8")
     if not args.no_compare:
         options = TranscribeOptions()
         offline = " ".join(s.text for s in transcribe_blocks(model, [audio], options))
-        args.out.with_suffix(".live.txt").write_text(live_text + "\n", encoding="utf-8")
-        args.out.with_suffix(".live.json").write_text(render(transcript, "json"), "utf-8")
         args.out.with_suffix(".file.txt").write_text(offline + "\n", encoding="utf-8")
         print(f"live vs file path on the same audio: WER {wer(offline, live_text):.1%} "
               f"({len(live_text.split())} vs {len(offline.split())} words)")  # fmt: skip
