@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 import threading
-import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -163,9 +162,7 @@ def _draining_server(uvicorn_config, state, drain_seconds: float):
             threading.Thread(target=self._wait, name="drain", daemon=True).start()
 
         def _wait(self) -> None:
-            deadline = time.monotonic() + drain_seconds
-            while time.monotonic() < deadline and (state.inflight or state.sessions):
-                time.sleep(0.1)
+            state.drain(drain_seconds)
             self.should_exit = True
 
     return Draining(uvicorn_config)

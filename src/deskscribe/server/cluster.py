@@ -327,11 +327,8 @@ class Ingress:
         """As the single server's SIGTERM: from now on new requests get 503 ``draining``;
         wait up to ``seconds`` for the requests and realtime sessions in flight here (those
         sent to transcribers included) to finish. Returns what is still in flight."""
-        self.state.draining = True
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and (self.state.inflight or self.state.sessions):
-            await asyncio.sleep(0.1)
-        return self.state.inflight, self.state.sessions
+        self.state.draining = True  # at once, before the waiting thread starts
+        return await asyncio.to_thread(self.state.drain, seconds)
 
 
 # ---------------------------------------------------------------------------------- serve

@@ -192,6 +192,16 @@ class ServerState:
         self._stop.set()
         self.work.shutdown()
 
+    def drain(self, seconds: float) -> tuple[int, int]:
+        """From now on new requests get 503 ``draining``; wait (this thread) up to ``seconds``
+        for the requests and realtime sessions in flight to finish. Returns what is still in
+        flight. The single server's SIGTERM and the cluster's ingress both drain here."""
+        self.draining = True
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and (self.inflight or self.sessions):
+            time.sleep(0.1)
+        return self.inflight, self.sessions
+
     def enter(self) -> None:
         with self._lock:
             self.inflight += 1
