@@ -131,10 +131,47 @@ def test_macos_route_by_version(version, route):
     assert macos.native_route(macos.macos_version(version)) == route
 
 
-def test_macos_help_names_blackhole_and_the_route_not_used_yet():
+def test_macos_help_names_screencapturekit_and_blackhole():
     text = macos.native_route_help((14, 5))
-    assert "BlackHole" in text and "process tap" in text and "14.5" in text
-    assert "ScreenCaptureKit" in macos.native_route_help((13, 6))
-    assert "does not use" not in macos.native_route_help((12, 7))
+    assert "BlackHole" in text and "ScreenCaptureKit" in text and "14.5" in text
+    assert "Screen Recording" in macos.native_route_help((13, 6))
+    old = macos.native_route_help((12, 7))
+    assert "BlackHole" in old and "ScreenCaptureKit" not in old
     assert "BlackHole" in system_audio_help("darwin")
     assert "WASAPI loopback" in system_audio_help("win32")
+
+
+def test_macos_offers_screencapturekit_from_13_when_pyobjc_is_there():
+    (entry,) = macos.devices((14, 5), available=True)
+    assert entry.kind == "system" and entry.backend == "screencapturekit"
+    assert (entry.channels, entry.samplerate) == (2, 48000.0)
+    assert entry.opens_with.__name__ == "ScreenCaptureKitStream"
+    assert macos.devices((13, 0), available=True)
+    assert macos.devices((12, 7), available=True) == []  # no ScreenCaptureKit audio before 13
+    assert macos.devices((15, 1), available=False) == []  # pyobjc missing: BlackHole only
+
+
+def test_screencapturekit_without_pyobjc_says_what_to_install():
+    from deskscribe.audio.device_types import CaptureDeviceError
+    from deskscribe.audio.loopback import screencapturekit
+
+    if screencapturekit.available():
+        pytest.skip("pyobjc is installed: this is about a Mac without it")
+    stream = screencapturekit.ScreenCaptureKitStream(screencapturekit.device())
+    with pytest.raises(CaptureDeviceError, match=r"pyobjc.*BlackHole"):
+        stream.start()
+
+
+def test_planar_and_interleaved_buffers_give_the_same_frames(speech):
+    """Core Audio's non-interleaved layout (ScreenCaptureKit's): every left sample, then
+    every right one. Read as interleaved by mistake, a voice would turn into noise."""
+    left, right = speech[:4800], -0.5 * speech[:4800]
+    planar = np.concatenate([left, right]).astype("<f4").tobytes()
+    interleaved = np.stack([left, right], axis=1).astype("<f4").tobytes()
+    want = np.stack([left, right], axis=1)
+    assert np.array_equal(formats.float_frames(planar, 2, planar=True), want)
+    assert np.array_equal(formats.float_frames(interleaved, 2, planar=False), want)
+    wrong = formats.float_frames(planar, 2, planar=False)
+    assert not np.allclose(wrong, want)
+    mono = formats.float_frames(left.astype("<f4").tobytes() + b"\0\0", 1, planar=True)
+    assert np.array_equal(mono[:, 0], left)  # a partial sample at the end is dropped

@@ -13,8 +13,9 @@ Everything is opened through sounddevice (PortAudio); what differs per OS is how
   recorded natively by `loopback.wasapi` (PyAudioWPatch): the default output (following
   Windows' default), the communications device of calls, and every other output. "Stereo
   Mix" and virtual cables are offered after those. (Never run on Windows yet.)
-- macOS: PortAudio sees no loopback; BlackHole, Loopback or Soundflower devices are. The native
-  routes (process tap, ScreenCaptureKit) are only chosen and explained (`loopback.macos`).
+- macOS: PortAudio sees no loopback; BlackHole, Loopback or Soundflower devices are. On 13+
+  a ScreenCaptureKit stream (`loopback.screencapturekit`, pyobjc) is offered first; the
+  process tap is explained, not built (`loopback.macos`).
 
 `system_audio_help()` says, per OS, what to install when nothing is found.
 """
@@ -309,6 +310,12 @@ def _discover(kind: str) -> tuple[list[InputDevice], str | None, str]:
         native, why = _wasapi_loopbacks()
         found = native + found
         default = None  # the first: the default output, followed
+    if kind == "system" and sys.platform == "darwin":
+        from .loopback import macos, screencapturekit
+
+        native = macos.devices(macos.macos_version(), screencapturekit.available())
+        if native:
+            found, default = native + found, None  # ScreenCaptureKit first, BlackHole after
     return found, default, why
 
 

@@ -42,6 +42,19 @@ def to_float(
     return out[:usable].reshape(-1, channels)
 
 
+def float_frames(data: bytes, channels: int, planar: bool) -> np.ndarray:
+    """(frames, channels) float32 from one buffer of little-endian float32 samples: planar
+    (every sample of channel 0, then of channel 1, ...: Core Audio's non-interleaved layout,
+    which ScreenCaptureKit delivers) or interleaved. A trailing partial frame is dropped."""
+    samples = np.frombuffer(data, dtype=np.uint8)
+    samples = samples[: len(samples) // 4 * 4].view("<f4")
+    channels = max(1, channels)
+    per_channel = len(samples) // channels
+    if planar:
+        return samples[: per_channel * channels].reshape(channels, per_channel).T.astype(np.float32)
+    return samples[: per_channel * channels].reshape(per_channel, channels).astype(np.float32)
+
+
 def downmix(frames: np.ndarray) -> np.ndarray:
     """Mono from (frames, channels): the mean of the channels that carry sound.
 

@@ -8,9 +8,10 @@ streams (macOS 13-14.3; Screen Recording permission). Both deliver all-zero buff
 error, when permission is missing: `silence.SilenceWatch` and `silence.permission_help`
 ("process-tap", "screencapturekit") turn that into steps for the user.
 
-Not built yet: the streams themselves (pyobjc-framework-CoreAudio and -ScreenCaptureKit
-behind `LoopbackStream`), which need a Mac to write against; until then macOS records system
-audio through BlackHole, and `native_route_help` says so. Nothing here has run on macOS.
+Built: the ScreenCaptureKit stream (`screencapturekit.ScreenCaptureKitStream`, pyobjc),
+offered on macOS 13 and later, 14.4+ included (`devices`). Not built: the process tap, which
+needs Core Audio calls pyobjc does not wrap (ctypes against a Mac to write them with).
+BlackHole stays the fallback, and `native_route_help` names it. Nothing here has run on macOS.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ def native_route(version: tuple[int, ...]) -> str | None:
     return None
 
 
+def devices(version: tuple[int, ...], available: bool) -> list:
+    """The native system-audio entries to offer on this macOS `version` (`available`: the
+    pyobjc frameworks import): ScreenCaptureKit's on 13 and later, else none."""
+    if not available or native_route(version) is None:
+        return []
+    from .screencapturekit import device
+
+    return [device()]
+
+
 def native_route_help(version: tuple[int, ...] | None = None) -> str:
     """What to install or do to record system audio on this Mac today."""
     version = macos_version() if version is None else version
@@ -49,12 +60,12 @@ def native_route_help(version: tuple[int, ...] | None = None) -> str:
         "speakers + BlackHole) and play through it, or an Aggregate Device (microphone + "
         "BlackHole, drift correction on), and choose BlackHole as system audio."
     )
-    route = native_route(version)
-    if route is None:
+    if native_route(version) is None:
         return f"To record what this Mac plays, {blackhole}"
-    name = "a Core Audio process tap" if route == PROCESS_TAP else "ScreenCaptureKit"
     shown = ".".join(map(str, version))
     return (
-        f"To record what this Mac plays, {blackhole} (macOS {shown} could also do it through "
-        f"{name}, which this version of DeskScribe does not use yet.)"
+        f"On macOS {shown} DeskScribe records what this Mac plays through ScreenCaptureKit: "
+        "choose 'What this Mac plays (ScreenCaptureKit)' as system audio and allow Screen "
+        "Recording for DeskScribe in System Settings > Privacy & Security when macOS asks. "
+        f"If that entry is missing or records nothing, {blackhole}"
     )
