@@ -19,6 +19,7 @@ pytest_plugins = ["files_support"]  # fixtures: ctx, window (the app, for "By ch
 from conftest import espeak, load, normalize, run_cli, wer  # noqa: E402
 from deskscribe.audio.decode import decode_blocks  # noqa: E402
 from deskscribe.speakers.channels import transcribe_channels  # noqa: E402
+from deskscribe.transcript.export import render  # noqa: E402
 from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_blocks  # noqa: E402
 from files_support import run_queue  # noqa: E402
 from media import write_media  # noqa: E402
@@ -168,6 +169,21 @@ def test_double_talk_keeps_both_and_a_third_channel_is_named(tiny_model, speech_
     for sid, owned in owners.items():
         for word in owned:
             assert words.count(word) == 1 and word in normalize(said[sid]).split(), (word, said)
+
+    # Double talk is marked on both parties' words, and only there: channel 1 speaks alone
+    # until channel 2 starts at 1.5 s, channel 3 alone after both.
+    spoken = [w for seg in t.segments for w in seg.words]
+    marked = [w for w in spoken if w.overlap]
+    assert {w.speaker for w in marked} == {"S1", "S2"}, marked
+    assert all(w.end > 1.4 for w in marked), marked  # nothing before channel 2 began
+    assert not any(w.overlap for w in spoken if w.speaker == "S3")
+    assert not any(w.overlap for w in spoken if w.speaker == "S1" and w.end < 1.4)
+    others = {sid: [w for w in spoken if w.speaker != sid] for sid in ("S1", "S2")}
+    for w in marked:  # each marked word really shares time with another party's word
+        assert any(min(w.end, o.end) - max(w.start, o.start) >= 0.1 for o in others[w.speaker])
+    data = json.loads(render(t, "json"))
+    flagged = [w for seg in data["segments"] for w in seg["words"] if w.get("overlap")]
+    assert len(flagged) == len(marked)
 
 
 def test_cli_splits_channels_and_says_so_for_a_mono_file(tiny_fp32, stereo_call, tmp_path):

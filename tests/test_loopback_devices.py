@@ -175,3 +175,16 @@ def test_planar_and_interleaved_buffers_give_the_same_frames(speech):
     assert not np.allclose(wrong, want)
     mono = formats.float_frames(left.astype("<f4").tobytes() + b"\0\0", 1, planar=True)
     assert np.array_equal(mono[:, 0], left)  # a partial sample at the end is dropped
+
+
+def test_screencapturekit_reads_the_format_pyobjc_returns_and_refuses_what_it_cannot_read():
+    from deskscribe.audio.loopback import screencapturekit as sck
+
+    # pyobjc's CoreMedia alone returns the AudioStreamBasicDescription as a plain tuple.
+    as_tuple = (48000.0, 0x6C70636D, 0x29, 4, 1, 4, 2, 32, 0)  # float, packed, planar
+    fmt = sck.stream_format(as_tuple)
+    assert fmt == sck.StreamFormat(48000.0, 0x29, 2, 32)
+    assert sck.layout_problem(fmt, 1024 * 2 * 4, 1024, 48000.0) is None
+    assert "Hz" in sck.layout_problem(fmt._replace(rate=44100.0), 1024 * 8, 1024, 48000.0)
+    assert "float" in sck.layout_problem(fmt._replace(flags=0xC, bits=16), 4096, 1024, 48000.0)
+    assert "bytes" in sck.layout_problem(fmt, 1024 * 8 + 16, 1024, 48000.0)

@@ -6,6 +6,11 @@ and segment carries a speaker id, with segments cut where the speaker changes, a
 themselves are kept as ``Transcript.turns`` (who spoke when, pauses and unrecognised speech
 included: what the RTTM export and the JSON ``turns`` write). Speakers
 ``S1``, ``S2``, … without a name get "Speaker 1", "Speaker 2", … as display names.
+
+``mark_overlaps(segments)``: words said while a word of another speaker was being said get
+``overlap = True`` (JSON ``"overlap": true``). Only transcripts whose speakers were heard
+apart can have such words: channels as speakers (``channels.py``), where double talk keeps
+both parties' words; one diarized track gives each instant to one speaker.
 """
 
 from __future__ import annotations
@@ -104,3 +109,27 @@ def _copy_segment(seg: Segment, words, tokens, text: str | None = None) -> Segme
         temperature=seg.temperature,
         tokens=list(tokens),
     )
+
+
+MIN_OVERLAP_S = 0.1  # less is two words touching at a turn change, not two people at once
+
+
+def mark_overlaps(segments: Sequence[Segment], min_seconds: float = MIN_OVERLAP_S) -> int:
+    """Set ``overlap`` on every word that shares at least ``min_seconds`` with a word of
+    another speaker; returns how many words were marked. One pass in time order, keeping
+    the words still being said (a few at any instant): linear in the words."""
+    words = sorted(
+        (w for seg in segments for w in seg.words if w.speaker is not None),
+        key=lambda w: w.start,
+    )
+    open_words: list[Word] = []
+    for word in words:
+        open_words = [w for w in open_words if w.end - word.start >= min_seconds]
+        for other in open_words:
+            if (
+                other.speaker != word.speaker
+                and min(other.end, word.end) - word.start >= min_seconds
+            ):
+                other.overlap = word.overlap = True
+        open_words.append(word)
+    return sum(w.overlap for w in words)

@@ -13,8 +13,8 @@ channel was louder while it was spoken (frame energy, 20 ms, as meeting mode att
 words in ``speakers/online.py``) and that channel has a word at the same time which reads the
 same, or any word at all there while it was at least ``LEAK_RATIO`` louder (the copy heard
 as crosstalk may be misheard). Real double talk keeps both parties' words: each is louder in
-its own channel. A channel that is a copy of an earlier one (dual-mono files) is not
-transcribed again.
+its own channel, and its words are marked ``overlap`` (``assign.mark_overlaps``). A channel
+that is a copy of an earlier one (dual-mono files) is not transcribed again.
 
 The file is decoded once to measure its channels and once more per channel transcribed, so
 memory stays at about one block (plus 8 bytes per channel per 20 ms) whatever its length.
@@ -38,6 +38,7 @@ import numpy as np
 from ..audio.decode import decode_blocks, probe
 from ..errors import Progress
 from ..transcript import Segment, Transcript, Word
+from .assign import mark_overlaps
 from .online import ENERGY_FRAME, SAMPLE_RATE, frame_energy, span_energy
 
 SAME_SOUND = 0.01  # a channel within -20 dB (difference energy) of an earlier one is a copy
@@ -186,6 +187,7 @@ def transcribe_channels(
     )
     for i, seg in enumerate(segments):
         seg.id = i
+    mark_overlaps(segments)  # double talk: both parties' words, each marked
     used = {seg.speaker for seg in segments}
     names = {channel_speaker(c): channel_name(c) for c in channels}
     return Transcript(

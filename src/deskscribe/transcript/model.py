@@ -30,15 +30,20 @@ class Word:
     text: str
     probability: float = 1.0
     speaker: str | None = None
+    # Said while another speaker was speaking (double talk); written to JSON only when true.
+    overlap: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "start": float(self.start),
             "end": float(self.end),
             "text": self.text,
             "probability": self.probability,
             "speaker": self.speaker,
         }
+        if self.overlap:
+            out["overlap"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Word:
@@ -48,6 +53,7 @@ class Word:
             text=str(data["text"]),
             probability=float(data.get("probability", 1.0)),
             speaker=_opt_str(data.get("speaker")),
+            overlap=bool(data.get("overlap", False)),
         )
 
 

@@ -23,9 +23,10 @@ is worse than none. The permission error comes from `SCShareableContent` instead
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from .silence import permission_help
 BACKEND = "screencapturekit"
 RATE = 48000
 CHANNELS = 2
+IS_FLOAT = 1 << 0  # kAudioFormatFlagIsFloat
 NON_INTERLEAVED = 1 << 5  # kAudioFormatFlagIsNonInterleaved
 WAIT_S = 10.0  # for ScreenCaptureKit's completion handlers
 
@@ -77,6 +79,38 @@ def device() -> InputDevice:
     )
 
 
+class StreamFormat(NamedTuple):
+    rate: float
+    flags: int
+    channels: int
+    bits: int
+
+
+def stream_format(asbd) -> StreamFormat:
+    """An AudioStreamBasicDescription as pyobjc returns it: a struct with field names where
+    pyobjc-framework-CoreAudio registered the type, else a plain tuple in the C order
+    (mSampleRate, mFormatID, mFormatFlags, mBytesPerPacket, mFramesPerPacket,
+    mBytesPerFrame, mChannelsPerFrame, mBitsPerChannel, mReserved)."""
+    if hasattr(asbd, "mSampleRate"):
+        fields = (asbd.mSampleRate, asbd.mFormatFlags, asbd.mChannelsPerFrame, asbd.mBitsPerChannel)
+    else:
+        fields = (asbd[0], asbd[2], asbd[6], asbd[7])
+    rate, flags, channels, bits = fields
+    return StreamFormat(float(rate), int(flags), int(channels), int(bits))
+
+
+def layout_problem(fmt: StreamFormat, length: int, frames: int, rate: float) -> str | None:
+    """Why a buffer of ``length`` bytes holding ``frames`` frames in ``fmt`` cannot be read as
+    float32 at ``rate`` (None: it can). Guessing would record noise or the wrong pitch."""
+    if fmt.rate != rate:
+        return f"{fmt.rate:.0f} Hz, not the {rate:.0f} Hz asked for"
+    if not fmt.flags & IS_FLOAT or fmt.bits != 32:
+        return f"{fmt.bits}-bit samples (flags {fmt.flags:#x}), not 32-bit float"
+    if fmt.channels < 1 or length != frames * fmt.channels * 4:
+        return f"{length} bytes for {frames} frames of {fmt.channels} channel(s)"
+    return None
+
+
 def _completed(start, what: str) -> tuple:
     """Call ``start(handler)`` and wait for ScreenCaptureKit to call the handler; its
     arguments. CaptureDeviceError when it does not within WAIT_S."""
@@ -115,16 +149,27 @@ def _output_class():
     except objc.ProtocolError:  # not registered by this pyobjc: the methods are found anyway
         protocols = []
 
+    # These run on a dispatch queue: an exception escaping them would abort the whole app
+    # (pyobjc turns it into an Objective-C exception nobody catches), so none may.
     class DeskScribeAudioOutput(NSObject, protocols=protocols):
         def stream_didOutputSampleBuffer_ofType_(self, stream, buffer, kind) -> None:
             owner = getattr(self, "owner", None)
-            if owner is not None:
+            if owner is None:
+                return
+            try:
                 owner._sample_buffer(buffer, kind)
+            except Exception as e:
+                owner._os_overflows += 1
+                owner.error = owner.error or (
+                    f"System audio from macOS could not be read ({e}). Your recording so far "
+                    "is kept; record system audio through BlackHole, and please report this."
+                )
 
         def stream_didStopWithError_(self, stream, error) -> None:
             owner = getattr(self, "owner", None)
             if owner is not None:
-                owner._stopped_by_os(error)
+                with contextlib.suppress(Exception):
+                    owner._stopped_by_os(error)
 
     return DeskScribeAudioOutput
 
@@ -172,8 +217,15 @@ class ScreenCaptureKitStream(LoopbackStream):
                 f"ScreenCaptureKit refused an audio output ({_described(error)}). Record "
                 "system audio through BlackHole instead."
             )
-        (error,) = _completed(stream.startCaptureWithCompletionHandler_, "starting capture")
+        try:
+            (error,) = _completed(stream.startCaptureWithCompletionHandler_, "starting capture")
+        except CaptureDeviceError:  # a start that comes late must not feed a failed stream
+            output.owner = None
+            with contextlib.suppress(Exception):
+                stream.stopCaptureWithCompletionHandler_(lambda error: None)
+            raise
         if error is not None:
+            output.owner = None
             raise CaptureDeviceError(
                 f"{permission_help(BACKEND)} (macOS said: {_described(error)})"
             )
@@ -199,23 +251,27 @@ class ScreenCaptureKitStream(LoopbackStream):
         if block is None:
             return
         length = cm.CMBlockBufferGetDataLength(block)
+        if not length:
+            return
+        fmt = stream_format(
+            cm.CMAudioFormatDescriptionGetStreamBasicDescription(
+                cm.CMSampleBufferGetFormatDescription(buffer)
+            )
+        )
+        problem = layout_problem(fmt, length, cm.CMSampleBufferGetNumSamples(buffer), self._rate)
+        if problem is not None:
+            self._os_overflows += 1
+            self.error = self.error or (
+                f"macOS sent system audio as {problem}. Record system audio through "
+                "BlackHole, and please report this."
+            )
+            return
         status, data = cm.CMBlockBufferCopyDataBytes(block, 0, length, None)
         if status != 0 or not data:
             self._os_overflows += 1  # a buffer we could not read counts as lost
             return
-        asbd = cm.CMAudioFormatDescriptionGetStreamBasicDescription(
-            cm.CMSampleBufferGetFormatDescription(buffer)
-        )
-        if float(asbd.mSampleRate) != self._rate:
-            # Not what was asked: resampling it as 48 kHz would change its pitch and length.
-            self.error = (
-                f"macOS sent system audio at {asbd.mSampleRate:.0f} Hz, not the {RATE} Hz "
-                "asked for. Record system audio through BlackHole; please report this."
-            )
-            return
-        channels = int(asbd.mChannelsPerFrame) or CHANNELS
-        frames = float_frames(bytes(data), channels, bool(asbd.mFormatFlags & NON_INTERLEAVED))
-        if channels != self._channels:  # mono (or more) though stereo was asked: as stereo
+        frames = float_frames(bytes(data), fmt.channels, bool(fmt.flags & NON_INTERLEAVED))
+        if fmt.channels != self._channels:  # mono (or more) though stereo was asked: as stereo
             frames = np.repeat(downmix(frames)[:, None], self._channels, axis=1)
         self._push(frames.reshape(-1))
 
