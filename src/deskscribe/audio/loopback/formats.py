@@ -45,14 +45,15 @@ def to_float(
 def float_frames(data: bytes, channels: int, planar: bool) -> np.ndarray:
     """(frames, channels) float32 from one buffer of little-endian float32 samples: planar
     (every sample of channel 0, then of channel 1, ...: Core Audio's non-interleaved layout,
-    which ScreenCaptureKit delivers) or interleaved. A trailing partial frame is dropped."""
+    which ScreenCaptureKit delivers) or interleaved (`to_float`). A trailing partial frame is
+    dropped."""
+    channels = max(1, channels)
+    if not planar:
+        return to_float(data, "float32", channels)
     samples = np.frombuffer(data, dtype=np.uint8)
     samples = samples[: len(samples) // 4 * 4].view("<f4")
-    channels = max(1, channels)
     per_channel = len(samples) // channels
-    if planar:
-        return samples[: per_channel * channels].reshape(channels, per_channel).T.astype(np.float32)
-    return samples[: per_channel * channels].reshape(per_channel, channels).astype(np.float32)
+    return samples[: per_channel * channels].reshape(channels, per_channel).T.astype(np.float32)
 
 
 def downmix(frames: np.ndarray) -> np.ndarray:
