@@ -137,7 +137,7 @@ def live(args: argparse.Namespace) -> int:
     from .audio.sessions import find_interrupted
     from .models.store import ModelNotInstalledError
     from .service.live import LiveOptions, LiveSession
-    from .service.live.degrade import faster_variant
+    from .service.live.degrade import fallback_models
     from .service.models import ModelCache
     from .whisper.decoding import DecodingError
     from .whisper.model import ModelNotBuiltError
@@ -190,7 +190,10 @@ def live(args: argparse.Namespace) -> int:
         title=args.title,
     )
     session = LiveSession(
-        model, options, speaker_encoder=encoder or None, faster_model=faster_variant(model)
+        model,
+        options,
+        speaker_encoder=encoder or None,
+        fallback_models=fallback_models(model, args.language),
     )
     if session.transcriber.vocabulary_note:
         _err(session.transcriber.vocabulary_note)

@@ -237,10 +237,10 @@ class LivePanel(QWidget):
                 encoder, self._speaker_problem = None, str(e)
             if cancel.is_set():
                 return None
-            from ..service.live.degrade import faster_variant
+            from ..service.live.degrade import fallback_models
 
-            faster = faster_variant(model)
-            return LiveSession(model, options, speaker_encoder=encoder, faster_model=faster)
+            fallbacks = fallback_models(model, options.streaming.language)
+            return LiveSession(model, options, speaker_encoder=encoder, fallback_models=fallbacks)
 
         self._loading = run_in_worker(load, on_done=self._loaded, on_error=self._load_failed)
         self._remember_devices(options)

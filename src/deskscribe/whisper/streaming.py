@@ -46,6 +46,9 @@ class StreamingOptions:
     beam_size: int | None = None  # greedy by default: a decode every step must stay cheap
     step_seconds: float = 0.6  # decode again after this much new audio (the shortest step)
     max_step_seconds: float = 2.0  # ... and the longest, however slow the passes are
+    # The step while ``sparse`` (a session that fell behind asks for fewer passes): a long
+    # utterance still gets a pass this often, so its text commits and its buffer is trimmed.
+    sparse_step_seconds: float = 4.0
     decode_share: float = 0.45  # passes may take this share of real time (0: fixed step)
     skip_silent_passes: bool = True  # no interim pass when the VAD heard nothing new
     end_of_utterance_ms: int = 600  # a pause this long ends an utterance (commits it)
@@ -184,6 +187,7 @@ class OnlineTranscriber:
         self.decode_count = 0  # model runs so far (a pass that decodes nothing is not one)
         self.decode_seconds: list[float] = []  # seconds of each model run not yet collected
         self._pass_seconds = 0.0  # smoothed seconds of an interim pass (for the step)
+        self.sparse = False  # fewer interim passes (``sparse_step_seconds``), set by the caller
         self._last_words: list[Word] = []  # ... and the words it gave
         self.segments: list[Segment] = []
         self._forgotten = 0  # segments dropped by ``forget_segments`` (ids keep counting)
@@ -271,15 +275,31 @@ class OnlineTranscriber:
 
     @property
     def step_samples(self) -> int:
-        """New audio an interim pass waits for: ``step_seconds``, longer while passes are slow.
-        Not while the utterance's language is still open: it is decided on the first pass
-        with ``LANGUAGE_SECONDS`` of audio, and a longer first pass moved that decision (a
-        German utterance after an English one was decided on 2 s and came out English)."""
+        """New audio an interim pass waits for: ``step_seconds``, longer while passes are slow,
+        ``sparse_step_seconds`` while ``sparse``. Not while the utterance's language is still
+        open: it is decided on the first pass with ``LANGUAGE_SECONDS`` of audio, and a longer
+        first pass moved that decision (a German utterance after an English one was decided on
+        2 s and came out English)."""
+        if not self._language_decided:
+            return int(self.options.step_seconds * SAMPLE_RATE)
+        if self.sparse:
+            return int(max(self.options.sparse_step_seconds, self._paced_step) * SAMPLE_RATE)
+        return int(self._paced_step * SAMPLE_RATE)
+
+    @property
+    def _paced_step(self) -> float:
         opt = self.options
-        step = opt.step_seconds
-        if opt.decode_share > 0 and self._pass_seconds and self._language_decided:
-            step = min(max(step, self._pass_seconds / opt.decode_share), opt.max_step_seconds)
-        return int(step * SAMPLE_RATE)
+        if opt.decode_share > 0 and self._pass_seconds:
+            return min(max(opt.step_seconds, self._pass_seconds / opt.decode_share),
+                       opt.max_step_seconds)  # fmt: skip
+        return opt.step_seconds
+
+    @property
+    def chosen_wait_seconds(self) -> float:
+        """Undecoded speech that is the transcriber's own choice, not a sign of falling behind:
+        while ``sparse``, up to a whole (long) step. (At full work the paced step counts as
+        lag: passes slow enough to lengthen it are what a step down is for.)"""
+        return self.step_samples / SAMPLE_RATE if self.sparse else 0.0
 
     def take_decode_seconds(self) -> list[float]:
         """The seconds of each model run since the last call (for health figures)."""

@@ -1,9 +1,12 @@
 """Adaptive degradation: a live session that cannot keep up does less, on purpose, and says so.
 
 The steps, from full work down (a step the session cannot take is left out):
-1. "no interim passes": only finished utterances are decoded (the tentative text waits);
+1. "fewer interim passes": a pass every few seconds of speech instead of every step (the
+   tentative text waits longer; finished utterances are still decoded as they end, and a long
+   one still gets passes, so its text commits and its buffer stays bounded);
 2. "speaker labels at Stop": no live voice labels; the speaker pass at Stop labels the text;
-3. "faster model": a faster installed variant (int8, or a smaller model) decodes.
+3. "faster model": the installed int8 variant of the model decodes;
+4. "smaller model": the next smaller installed model decodes (``fallback_models``).
 ``Degrader.update`` is fed the session's lag once a second. Behind by more than
 ``behind_s`` for ``hold_s`` seconds (or under memory pressure) it goes one step down; caught up
 (under ``caught_up_s``) for ``recover_s`` seconds it goes one step back up. It never touches
@@ -16,9 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 FULL = "full"
-NO_INTERIM = "no interim passes"
+FEWER_INTERIM = "fewer interim passes"
 LABELS_AT_STOP = "speaker labels at Stop"
 FASTER_MODEL = "faster model"
+SMALLER_MODEL = "smaller model"
+MODEL_STEPS = (FASTER_MODEL, SMALLER_MODEL)  # steps that decode with another model
 
 
 @dataclass
@@ -30,18 +35,21 @@ class DegradeOptions:
 
 
 class Degrader:
-    """``labels``: live speaker labels are on (step 2 exists); ``faster``: a faster model can
-    be loaded (step 3 exists)."""
+    """``labels``: live speaker labels are on (step 2 exists); ``models``: the model steps
+    that can be taken (``FASTER_MODEL``, ``SMALLER_MODEL``: a model to load exists)."""
 
     def __init__(
-        self, *, labels: bool, faster: bool, options: DegradeOptions | None = None
+        self,
+        *,
+        labels: bool,
+        models: tuple[str, ...] = (),
+        options: DegradeOptions | None = None,
     ) -> None:
         self.options = options or DegradeOptions()
-        self.steps = [FULL, NO_INTERIM]
+        self.steps = [FULL, FEWER_INTERIM]
         if labels:
             self.steps.append(LABELS_AT_STOP)
-        if faster:
-            self.steps.append(FASTER_MODEL)
+        self.steps += [step for step in MODEL_STEPS if step in models]
         self.index = 0
         self._behind_since: float | None = None
         self._caught_up_since: float | None = None
@@ -84,16 +92,51 @@ class Degrader:
         return None
 
 
-def faster_variant(model) -> Callable[[], object] | None:
-    """A loader of the installed int8 variant of a CPU ``model`` that is not int8 itself
-    (``tiny.en-fp32`` → ``tiny.en-int8``), for the last step; None when there is none."""
+def fallback_models(model, language: str | None = None) -> dict[str, Callable[[], object]]:
+    """Loaders of the models a CPU ``model`` can step down to, by step: ``FASTER_MODEL``, its
+    installed int8 variant (``tiny.en-fp32`` → ``tiny.en-int8``); ``SMALLER_MODEL``, the
+    largest installed model smaller than that (its int8 variant where installed) that
+    speaks as many languages: multilingual for a multilingual model, unless the session is
+    set to English, where an English-only model serves too. Empty on a GPU."""
     from ...models.store import list_models
+
+    if model.runtime.on_gpu:
+        return {}
+    installed = [m for m in list_models() if m.variant in ("int8", "fp32")]
+    family = _family(model.name, model.variant)
+    mine = [m for m in installed if _family(m.name, m.variant) == family]
+    found: dict[str, Callable[[], object]] = {}
+    int8 = [m for m in mine if m.variant == "int8"]
+    if int8 and model.variant != "int8":
+        found[FASTER_MODEL] = _loader(int8[0].path)
+    ceiling = min([m.size_bytes for m in mine] or [_folder_size(model.folder)])
+    english_will_do = not model.tokenizer.multilingual or language == "en"
+    smaller = [
+        m for m in installed
+        if _family(m.name, m.variant) != family
+        and m.size_bytes < ceiling
+        and (m.multilingual or english_will_do)
+    ]  # fmt: skip
+    if smaller:
+        # The largest smaller model (its smallest variant's size says how large), int8 first.
+        size = {}
+        for m in smaller:
+            key = _family(m.name, m.variant)
+            size[key] = min(size.get(key, m.size_bytes), m.size_bytes)
+        best = max(smaller, key=lambda m: (size[_family(m.name, m.variant)], m.variant == "int8"))
+        found[SMALLER_MODEL] = _loader(best.path)
+    return found
+
+
+def _family(name: str, variant: str) -> str:
+    return name.removesuffix(f"-{variant}")
+
+
+def _folder_size(folder) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+def _loader(path) -> Callable[[], object]:
     from ...whisper.model import WhisperModel
 
-    if model.runtime.on_gpu or model.variant == "int8":
-        return None
-    base = model.name.removesuffix(f"-{model.variant}")
-    found = [m.path for m in list_models() if m.name == f"{base}-int8"]
-    if not found:
-        return None
-    return lambda: WhisperModel(found[0], device="cpu", threads=1)
+    return lambda: WhisperModel(path, device="cpu")

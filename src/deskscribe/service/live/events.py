@@ -75,7 +75,7 @@ class HealthReport:
 class Adapted:
     """The session changed how much work it does to keep up (``degrade``), or went back."""
 
-    level: str  # the new mode, e.g. "full", "no interim passes"
+    level: str  # the new mode, e.g. "full", "fewer interim passes"
     reason: str  # why, for the user
     at: float  # seconds into the recording
     down: bool  # True: less work (it was behind); False: back towards full

@@ -15,7 +15,7 @@ import time
 from ...audio_format import SAMPLE_RATE
 from ...whisper.model import WhisperModel
 from ...whisper.streaming import StreamUpdate
-from .degrade import FASTER_MODEL, LABELS_AT_STOP
+from .degrade import FEWER_INTERIM, LABELS_AT_STOP, MODEL_STEPS
 from .events import Adapted, HealthReport, Problem
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 class KeepingUp:
     """Expects the session's ``health``, ``degrader``, ``adaptations``, ``transcriber``,
-    ``labeller``, ``recording``, ``options``, ``model`` and ``_emit``."""
+    ``labeller``, ``recording``, ``options``, ``model``, ``late_seconds``, ``_fallbacks``,
+    ``_loaded`` and ``_emit``."""
 
     def _tick(self) -> None:
         """The recorder thread, every drain: once a second a health reading, and the
@@ -52,7 +53,7 @@ class KeepingUp:
         if self.options.degrade is None:
             return
         pressure = any(w.startswith("memory pressure") for w in health.warnings)
-        switch = self.degrader.update(behind, now, memory_pressure=pressure)
+        switch = self.degrader.update(self.late_seconds, now, memory_pressure=pressure)
         if switch is not None:
             level, reason, down = switch
             self.adaptations.append(
@@ -64,22 +65,31 @@ class KeepingUp:
     def _apply_level(self) -> None:
         """The transcriber thread, between passes: labels and model as the level says."""
         t = self.transcriber
+        t.sparse = self.degrader.active(FEWER_INTERIM)
         if self.labeller.active:
             deferred = self.degrader.active(LABELS_AT_STOP)
             t.label_words = None if deferred else self.labeller.label
-        if self.degrader.active(FASTER_MODEL) and t.model is self.model:
-            if self._faster is None and self._faster_model is not None:
+        model = self._model_for_level()
+        if t.model is not model:
+            t.set_model(model)
+            self.health.model = model.name
+
+    def _model_for_level(self) -> WhisperModel:
+        """The model the level calls for: the lowest model step in force that could be loaded
+        (loaded once, kept for the next time), else the session's own."""
+        for step in reversed(MODEL_STEPS):
+            if not self.degrader.active(step) or step not in self._fallbacks:
+                continue
+            if step not in self._loaded:
                 try:
-                    self._faster = self._faster_model()
-                except Exception:  # no faster model after all: stay on this one
-                    log.exception("loading the faster live model failed")
-                    self._faster_model = None
-            if self._faster is not None:
-                t.set_model(self._faster)
-                self.health.model = self._faster.name
-        elif not self.degrader.active(FASTER_MODEL) and t.model is not self.model:
-            t.set_model(self.model)
-            self.health.model = self.model.name
+                    model = self._fallbacks[step]()
+                except Exception:  # not loadable after all: the step above serves
+                    log.exception("loading the live model for %r failed", step)
+                    del self._fallbacks[step]
+                    continue
+                self._loaded[step] = live_model(model, self.options.cpu_threads)
+            return self._loaded[step]
+        return self.model
 
     def _measure(self, update: StreamUpdate) -> None:
         """Decode times and commit latencies of this pass, for the health figures."""

@@ -45,7 +45,7 @@ from ...speakers.online import LiveSpeakerLabeller
 from ...transcript import Transcript
 from ...whisper.model import WhisperModel
 from ...whisper.streaming import OnlineTranscriber, StreamingOptions, StreamUpdate
-from .degrade import NO_INTERIM, DegradeOptions, Degrader
+from .degrade import DegradeOptions, Degrader
 from .events import (
     Event,
     EventQueue,
@@ -93,10 +93,10 @@ class LiveSession(KeepingUp):
     """``on_event``: the caller's sink, called on a session thread (set it before ``start``);
     without one, events wait in ``events``, a bounded ``EventQueue``. ``capture``: the audio
     source (default: the devices of ``options``; a ``PushedCapture`` for audio a program
-    sends, e.g. the server's streaming clients). ``faster_model``: called (on the transcriber
-    thread) when the session is behind and has stepped down to its last resort, for a faster
-    model to decode with (None: there is none); the session returns to ``model`` once it has
-    caught up."""
+    sends, e.g. the server's streaming clients). ``fallback_models``: loaders of the models to
+    decode with when the session is behind and has stepped down to ``FASTER_MODEL`` or
+    ``SMALLER_MODEL`` (``degrade.fallback_models``), called on the transcriber thread when
+    first needed; the session returns to ``model`` once it has caught up."""
 
     def __init__(
         self,
@@ -105,7 +105,7 @@ class LiveSession(KeepingUp):
         on_event: Callable[[Event], None] | None = None,
         speaker_encoder: SpeakerEncoder | None = None,
         capture=None,
-        faster_model: Callable[[], WhisperModel | None] | None = None,
+        fallback_models: dict[str, Callable[[], WhisperModel]] | None = None,
     ) -> None:
         self.options = options or LiveOptions()
         self.model = model = live_model(model, self.options.cpu_threads)
@@ -130,12 +130,12 @@ class LiveSession(KeepingUp):
         self.health = HealthMonitor(model.name, model.runtime.label)
         self._health_log: HealthLog | None = None
         self._last_health = 0.0
-        self._faster_model = faster_model
-        self._faster: WhisperModel | None = None
+        self._fallbacks = dict(fallback_models or {})
+        self._loaded: dict[str, WhisperModel] = {}  # fallback models by step, once loaded
         # Voice labels can wait for Stop only where the speaker pass at Stop redoes them.
         deferrable = self.labeller.active and speaker_encoder is not None and len(self.tracks) == 1
         self.degrader = Degrader(
-            labels=deferrable, faster=faster_model is not None, options=self.options.degrade
+            labels=deferrable, models=tuple(self._fallbacks), options=self.options.degrade
         )
         self.adaptations: list[dict] = []  # every switch (also in the autosaved transcript)
         self._committed_end = 0.0  # stream time (s) of the newest committed word
@@ -204,6 +204,15 @@ class LiveSession(KeepingUp):
         """How far recognition trails the recording: audio not yet taken by the transcriber
         plus speech it holds but has not decoded."""
         return self.queued_seconds + self.transcriber.behind_seconds
+
+    @property
+    def late_seconds(self) -> float:
+        """``behind_seconds`` less the speech the transcriber leaves undecoded by choice (fewer
+        passes after a step down): what the degradation steps on. Counting that choice as
+        lag kept a session down for as long as someone spoke, and a 23 s utterance of the
+        real call then showed as 23 s behind with the CPU idle."""
+        t = self.transcriber
+        return self.queued_seconds + max(0.0, t.behind_seconds - t.chosen_wait_seconds)
 
     def edit_segment(self, segment_id: int, text: str) -> None:
         """The user corrected a committed segment; the session keeps the correction."""
@@ -276,7 +285,6 @@ class LiveSession(KeepingUp):
             # More than two steps of audio arrived during the last decode: the machine is not
             # keeping up, so skip the tentative pass and let utterance ends commit the text.
             keeping_up = fed <= 2 * self.transcriber.step_samples
-            keeping_up = keeping_up and not self.degrader.active(NO_INTERIM)
             self._apply_level()
             try:
                 if ended:
