@@ -208,6 +208,7 @@ def run_model(
     return {
         "model": name + ("" if pad is None else f", context +{pad:g} s"),
         "wer": wer(ref_text, hyp),
+        "text": hyp,  # to see which words a setting gets wrong
         "tentative": d["tentative"],
         "committed": d["committed"],
         "words": len(ref_words),
