@@ -45,6 +45,36 @@ def push_in_real_time(capture: PushedCapture, audio: np.ndarray, block: float = 
         time.sleep(max(0.0, began + (i + n) / SR - time.monotonic()))
 
 
+def throttled(model, seconds: float, when: threading.Event | None = None):
+    """The real ``model`` with each encoder run held up by ``seconds`` (while ``when`` is set,
+    if given): an artificial load."""
+    slow = copy.copy(model)
+
+    def encode(mel):
+        if when is None or when.is_set():
+            time.sleep(seconds)
+        return model.encode(mel)
+
+    slow.encode = encode
+    return slow
+
+
+def run_pushed(session: LiveSession, capture: PushedCapture, *pieces: np.ndarray, between=()):
+    """Start ``session``, push the pieces of audio in real time (calling ``between[i]``
+    after piece i), stop; the final transcript and every event."""
+    session.start()
+    for i, piece in enumerate(pieces):
+        push_in_real_time(capture, piece)
+        if i < len(between):
+            between[i]()
+    session.stop()
+    transcript = session.wait(timeout=180)
+    events = []
+    while not session.events.empty():
+        events.append(session.events.get_nowait())
+    return transcript, events
+
+
 def test_health_figures_come_from_the_ring_and_the_decoder(
     pulse,
     tiny_model,
@@ -85,13 +115,7 @@ def test_behind_it_steps_down_says_so_loses_nothing_and_steps_back_up(
     data_dir,  # noqa: F811
 ):
     # An artificial load: the real model, each encoder run held up by 1.2 s more.
-    slow = copy.copy(tiny_model)
-
-    def throttled(mel):
-        time.sleep(1.2)
-        return tiny_model.encode(mel)
-
-    slow.encode = throttled
+    slow = throttled(tiny_model, 1.2)
     audio = np.concatenate([gap(0.3), turns[0], gap(0.8), turns[1], gap(0.8), turns[2], gap(7)])
     capture = PushedCapture(["system"])
     options = LiveOptions(
@@ -100,15 +124,7 @@ def test_behind_it_steps_down_says_so_loses_nothing_and_steps_back_up(
         degrade=DegradeOptions(behind_s=1.0, hold_s=1.0, caught_up_s=0.5, recover_s=2.0),
     )
     session = LiveSession(slow, options, capture=capture)
-    session.start()
-    pusher = threading.Thread(target=push_in_real_time, args=(capture, audio))
-    pusher.start()
-    pusher.join()
-    session.stop()
-    transcript = session.wait(timeout=120)
-    events = []
-    while not session.events.empty():
-        events.append(session.events.get_nowait())
+    transcript, events = run_pushed(session, capture, audio)
     switches = [e for e in events if isinstance(e, Adapted)]
     assert switches and switches[0].down and switches[0].level == FEWER_INTERIM, switches
     assert any(not s.down and s.level == FULL for s in switches), "back up once caught up"
@@ -139,14 +155,7 @@ def test_after_a_stall_a_long_real_utterance_keeps_up_and_steps_back_up(tiny_mod
     wav, reference, seconds = call_recording(EVAL)
     audio = load(wav)
     stalled = threading.Event()
-    model = copy.copy(tiny_model)
-
-    def encode(mel):
-        if stalled.is_set():
-            time.sleep(3.0)
-        return tiny_model.encode(mel)
-
-    model.encode = encode
+    model = throttled(tiny_model, 3.0, when=stalled)
     capture = PushedCapture(["system"])
     options = LiveOptions(
         source="system",
@@ -154,17 +163,8 @@ def test_after_a_stall_a_long_real_utterance_keeps_up_and_steps_back_up(tiny_mod
         degrade=DegradeOptions(behind_s=1.5, hold_s=1.0, caught_up_s=0.5, recover_s=3.0),
     )
     session = LiveSession(model, options, capture=capture)
-    session.start()
-    push_in_real_time(capture, audio[: 8 * SR])
-    stalled.set()
-    push_in_real_time(capture, audio[8 * SR : 14 * SR])
-    stalled.clear()
-    push_in_real_time(capture, audio[14 * SR :])
-    session.stop()
-    transcript = session.wait(timeout=120)
-    events = []
-    while not session.events.empty():
-        events.append(session.events.get_nowait())
+    pieces = audio[: 8 * SR], audio[8 * SR : 14 * SR], audio[14 * SR :]
+    transcript, events = run_pushed(session, capture, *pieces, between=(stalled.set, stalled.clear))
     switches = [e for e in events if isinstance(e, Adapted)]
     assert switches and switches[0].down and switches[0].level == FEWER_INTERIM, switches
     assert 8.0 <= switches[0].at <= 15.0, switches
@@ -219,13 +219,7 @@ def test_behind_on_base_it_steps_down_to_a_smaller_model_and_loses_nothing(
     # An artificial load on base only (each encoder run held up by 2.5 s): fewer passes do
     # not catch up, so the session decodes with tiny.en, the smaller model installed.
     base = WhisperModel(installed["base-int8"], device="cpu")
-    slow = copy.copy(base)
-
-    def throttled(mel):
-        time.sleep(2.5)
-        return base.encode(mel)
-
-    slow.encode = throttled
+    slow = throttled(base, 2.5)
     audio = np.concatenate([gap(0.3), turns[0], gap(0.8), turns[1], gap(0.8), turns[2], gap(3)])
     capture = PushedCapture(["system"])
     options = LiveOptions(
@@ -237,13 +231,7 @@ def test_behind_on_base_it_steps_down_to_a_smaller_model_and_loses_nothing(
     session = LiveSession(
         slow, options, capture=capture, fallback_models=fallback_models(base, "en")
     )
-    session.start()
-    push_in_real_time(capture, audio)
-    session.stop()
-    transcript = session.wait(timeout=180)
-    events = []
-    while not session.events.empty():
-        events.append(session.events.get_nowait())
+    transcript, events = run_pushed(session, capture, audio)
     switches = [e for e in events if isinstance(e, Adapted)]
     assert [(s.level, s.down) for s in switches] == [
         (FEWER_INTERIM, True),
