@@ -107,11 +107,15 @@ def _say(warn: Callable[[str], None] | None, message: str) -> None:
 
 
 def label_recording(
-    transcript: Transcript, audio: np.ndarray, encoder: SpeakerEncoder
+    transcript: Transcript,
+    audio: np.ndarray,
+    encoder: SpeakerEncoder,
+    cancel: threading.Event | None = None,
 ) -> Transcript:
     """A copy of ``transcript`` (of 16 kHz ``audio``) with speakers from one offline pass over
-    the whole recording, the known voices named."""
-    turns = diarize(audio, encoder)
+    the whole recording, the known voices named (``DiarizationCancelled`` once ``cancel`` is
+    set)."""
+    turns = diarize(audio, encoder, cancel=cancel)
     labelled = assign_speakers(transcript, turns)
     name_known_voices(labelled, turns.centroids, encoder)
     return labelled

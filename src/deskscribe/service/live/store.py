@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from ...transcript import Segment, Transcript, Word
+from ...transcript import Segment, SpeakerTurn, Transcript, Word
 from ...whisper.languages import main_language
 from ...whisper.streaming import StreamUpdate
 
@@ -19,6 +19,7 @@ class TranscriptStore:
         self._segments: dict[int, Segment] = {}
         self._edited: set[int] = set()
         self._speaker_names: dict[str, str] = {}
+        self._turns: list[SpeakerTurn] = []  # who spoke when, from the speaker pass at Stop
         self._open_id: int | None = None
         self._tentative: list[Word] = []
 
@@ -70,9 +71,11 @@ class TranscriptStore:
                 for _, s in sorted(self._segments.items())
             ]
             speakers = dict(self._speaker_names)
+            turns = list(self._turns)
         transcript = Transcript(
             segments=segments,
             speakers=speakers,
+            turns=turns,
             language=language or main_language((s.language, s.end - s.start) for s in segments),
             duration=duration,
             source=source,
@@ -86,3 +89,4 @@ class TranscriptStore:
         with self._lock:
             self._segments = {seg.id: seg for seg in transcript.segments}
             self._speaker_names = dict(transcript.speakers)
+            self._turns = list(transcript.turns)
