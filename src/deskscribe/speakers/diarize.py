@@ -105,7 +105,7 @@ class DiarizeOptions:
     min_speaker_windows: int = 3  # a cluster of fewer clustered windows is not a speaker
     pause_ms: float = 100  # windows with a pause this long inside are labelled afterwards (0: off)
     refine: bool = True  # relabel every window by its nearest centroid after clustering
-    max_cluster_items: int = 2000  # beyond this, runs of neighbouring windows are averaged
+    max_cluster_items: int = 2000  # beyond this, an evenly spread subset is clustered
     snap_seconds: float = 0.5  # move a change point to the quietest VAD frame this close
     # An asked-for count never splits clusters closer than this share of the threshold: they
     # are one voice (``--speakers 5`` on a two-person call labels two, and says so).
@@ -315,27 +315,34 @@ def _cluster(
     chosen = full
     if opt.pause_ms > 0 and (full & ~paused).sum() >= 2:
         chosen = full & ~paused
-    core, x, weights = _cluster_some(emb, chosen, opt)
+    core, clustered = _cluster_some(emb, chosen, opt)
     if int(core.max()) == 0 and chosen.sum() < full.sum() and opt.num_speakers != 1:
-        core, x, weights = _cluster_some(emb, full, opt)
-        chosen = full
+        core, clustered = _cluster_some(emb, full, opt)
+    x = emb[clustered]
     k = int(core.max()) + 1
     centroids = np.array([cluster.normalize(x[core == j].mean(axis=0)) for j in range(k)])
     labels = np.argmax(emb @ centroids.T, axis=1)
-    if not opt.refine and weights is None:
-        labels[chosen] = core
+    if not opt.refine:
+        labels[clustered] = core
     return cluster.renumber(labels)
 
 
 def _cluster_some(emb: np.ndarray, chosen: np.ndarray, opt: DiarizeOptions):
-    """Cluster labels of the ``chosen`` windows, the points clustered and their weights."""
-    x, weights = emb[chosen], None
-    if chosen.sum() > opt.max_cluster_items:
-        # Long files: cluster averages of runs of neighbouring windows (memory is O(n²));
-        # every window is then labelled by its nearest centroid.
-        groups = np.array_split(np.flatnonzero(chosen), opt.max_cluster_items)
-        x = cluster.normalize(np.array([emb[g].mean(axis=0) for g in groups]))
-        weights = np.array([len(g) for g in groups], dtype=np.float64)
+    """Cluster labels of the ``chosen`` windows, and which windows (indices) were clustered.
+
+    Long files (more than ``max_cluster_items`` windows; the clustering's memory is O(n²)):
+    an evenly spread subset of them, each a single window, so the threshold means what it was
+    measured for; every window is then labelled by its nearest centroid. Clustering averages
+    of neighbouring windows instead, as before, collapsed an hour of eleven reappearing real
+    voices into 4 speakers (2553 windows, pairs averaged): averages of a voice lie closer
+    together than its windows do, so the threshold merged voices. A subset of 800 of the
+    2553 windows found 10 (bench/README.md, ``speakers.py --long``).
+    """
+    idx = np.flatnonzero(chosen)
+    if idx.shape[0] > opt.max_cluster_items:
+        spread = np.linspace(0, idx.shape[0] - 1, opt.max_cluster_items).round().astype(np.int64)
+        idx = idx[np.unique(spread)]
+    x = emb[idx]
     if opt.method == "spectral":
         core = cluster.spectral(x, opt.num_speakers, opt.min_speakers, opt.max_speakers)
     elif opt.method == "agglomerative":
@@ -345,13 +352,12 @@ def _cluster_some(emb: np.ndarray, chosen: np.ndarray, opt: DiarizeOptions):
             num=opt.num_speakers,
             min_count=opt.min_speakers,
             max_count=opt.max_speakers,
-            weights=weights,
             min_size=opt.min_speaker_windows,
             floor=None if opt.threshold is None else opt.threshold * opt.same_voice,
         )
     else:
         raise ValueError(f"unknown clustering method {opt.method!r}")
-    return core, x, weights
+    return core, idx
 
 
 # --------------------------------------------------------------------------- files
