@@ -6,8 +6,8 @@ track. Meeting mode: the system-audio track, whose voices are told apart among t
 what the microphone said stays "You". Never when the user has corrected text meanwhile (a
 correction must not be relabelled away). The pass is bounded in time: one that runs past
 ``REFINE_BUDGET_SECONDS`` is cancelled and the live labels stay (the offline pass measured
-about 1.2 s per audio minute on 2 cores, so an hour's session takes about 70 s). Sessions
-longer than ``REFINE_MAX_SECONDS`` are not read back into memory at all.
+0.45-1.2 s per audio minute on 2 cores, so an hour takes 27-70 s; quitting the app waits for
+it). Sessions longer than ``REFINE_MAX_SECONDS`` are not read back into memory at all.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .store import TranscriptStore
 
 log = logging.getLogger(__name__)
 
-REFINE_BUDGET_SECONDS = 180.0  # a pass at Stop that takes longer is given up
+REFINE_BUDGET_SECONDS = 90.0  # a pass at Stop that takes longer is given up
 REFINE_MAX_SECONDS = 3 * 60 * 60  # a track this long (about 700 MB as float32) stays unread
 
 
