@@ -12,6 +12,7 @@ it). Sessions longer than ``REFINE_MAX_SECONDS`` are not read back into memory a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from pathlib import Path
@@ -77,10 +78,9 @@ def refine_speakers(
 def _label_beside_you(transcript: Transcript, audio, encoder, cancel) -> Transcript:
     """Meeting mode: the words the system-audio track carried get its voices; "You" stays."""
     yours = [s for s in transcript.segments if s.speaker == YOU]
-    others = Transcript(
+    others = dataclasses.replace(
+        transcript,
         segments=[s for s in transcript.segments if s.speaker != YOU],
-        language=transcript.language,
-        duration=transcript.duration,
         speakers={k: v for k, v in transcript.speakers.items() if k != YOU},
     )
     labelled = label_recording(others, audio, encoder, cancel=cancel)
@@ -89,12 +89,9 @@ def _label_beside_you(transcript: Transcript, audio, encoder, cancel) -> Transcr
         seg.id = i
     turns = labelled.turns + [SpeakerTurn(s.start, s.end, YOU) for s in yours]
     speakers = {**labelled.speakers, **{k: v for k, v in transcript.speakers.items() if k == YOU}}
-    return Transcript(
+    return dataclasses.replace(
+        transcript,
         segments=segments,
-        language=transcript.language,
-        duration=transcript.duration,
-        source=transcript.source,
-        model=transcript.model,
         speakers=speakers,
         turns=sorted(turns, key=lambda t: (t.start, t.end)),
     )
