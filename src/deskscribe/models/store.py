@@ -110,7 +110,8 @@ def _installed(root: Path | None) -> Iterator[tuple[Path, dict]]:
             yield folder, data
 
 
-def _size(folder: Path) -> int:
+def folder_size(folder: Path) -> int:
+    """Bytes of the files directly in ``folder`` (a model's size on disk)."""
     return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
 
 
@@ -125,7 +126,7 @@ def list_models(root: Path | None = None) -> list[InstalledModel]:
                 folder,
                 data.get("variant", "?"),
                 bool(data.get("multilingual")),
-                _size(folder),
+                folder_size(folder),
                 data.get("built_at", ""),
             )
         )
@@ -277,7 +278,7 @@ def list_speaker_models(root: Path | None = None) -> list[InstalledSpeakerModel]
                 folder,
                 str(data.get("kind", "?")),
                 int(data.get("embedding_dim", 0)),
-                _size(folder),
+                folder_size(folder),
                 data.get("built_at", ""),
             )
         )

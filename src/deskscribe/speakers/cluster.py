@@ -57,13 +57,12 @@ def renumber(labels: np.ndarray | list[int]) -> np.ndarray:
 # --------------------------------------------------------------------------- agglomerative
 
 
-def average_linkage(embeddings: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+def average_linkage(embeddings: np.ndarray) -> np.ndarray:
     """The merges of average-linkage clustering on cosine distance, lowest first.
 
     Returns an array of rows ``(a, b, height)``: items are referred to by their index, and a
     merged cluster by the index of any of its members, so applying the first ``m`` rows with a
-    union-find gives the ``n - m`` clusters of the dendrogram. ``weights`` (item sizes, for
-    pre-grouped items) default to 1.
+    union-find gives the ``n - m`` clusters of the dendrogram.
     """
     x = normalize(embeddings)
     n = x.shape[0]
@@ -71,7 +70,7 @@ def average_linkage(embeddings: np.ndarray, weights: np.ndarray | None = None) -
         return np.zeros((0, 3))
     dist = np.clip(1.0 - x @ x.T, 0.0, 2.0)
     np.fill_diagonal(dist, np.inf)
-    size = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64).copy()
+    size = np.ones(n)
     active = np.ones(n, dtype=bool)
     merges: list[tuple[int, int, float]] = []
     chain: list[int] = []
@@ -148,7 +147,6 @@ def agglomerative(
     num: int | None = None,
     min_count: int | None = None,
     max_count: int | None = None,
-    weights: np.ndarray | None = None,
     min_size: int = 1,
     floor: float | None = None,
 ) -> np.ndarray:
@@ -168,7 +166,7 @@ def agglomerative(
     n = x.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    merges = average_linkage(x, weights)
+    merges = average_linkage(x)
     k = count_for(merges, n, threshold, num, min_count, max_count)
     k_cap = n
     if floor is not None and (num is not None or min_count is not None) and len(merges):

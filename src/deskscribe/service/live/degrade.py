@@ -98,7 +98,7 @@ def fallback_models(model, language: str | None = None) -> dict[str, Callable[[]
     largest installed model smaller than that (its int8 variant where installed) that
     speaks as many languages: multilingual for a multilingual model, unless the session is
     set to English, where an English-only model serves too. Empty on a GPU."""
-    from ...models.store import list_models
+    from ...models.store import folder_size, list_models
 
     if model.runtime.on_gpu:
         return {}
@@ -109,7 +109,7 @@ def fallback_models(model, language: str | None = None) -> dict[str, Callable[[]
     int8 = [m for m in mine if m.variant == "int8"]
     if int8 and model.variant != "int8":
         found[FASTER_MODEL] = _loader(int8[0].path)
-    ceiling = min([m.size_bytes for m in mine] or [_folder_size(model.folder)])
+    ceiling = min([m.size_bytes for m in mine] or [folder_size(model.folder)])
     english_will_do = not model.tokenizer.multilingual or language == "en"
     smaller = [
         m for m in installed
@@ -130,10 +130,6 @@ def fallback_models(model, language: str | None = None) -> dict[str, Callable[[]
 
 def _family(name: str, variant: str) -> str:
     return name.removesuffix(f"-{variant}")
-
-
-def _folder_size(folder) -> int:
-    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
 
 
 def _loader(path) -> Callable[[], object]:
