@@ -167,6 +167,68 @@ def test_local_agreement_commits_the_shared_prefix_once():
     ]
 
 
+def words_of(said: str) -> list[Word]:
+    """Words written as "text@start-end ..." (a live pass's log)."""
+    out = []
+    for item in said.split():
+        text, times = item.rsplit("@", 1)
+        start, end = times.split("-")
+        out.append(Word(start=float(start), end=float(end), text=" " + text))
+    return out
+
+
+def test_local_agreement_passes_a_one_word_disagreement():
+    # Two real passes over the phone call after a stall (tiny.en, 2026-12-03), 3 s apart.
+    # They differ on one word ("need" / "needed") and a pair ("a beat." / "of the") and
+    # agree on everything around them. Strict prefix agreement committed nothing past
+    # "I"; the rest waited until the buffer was cut and was then lost.
+    first = words_of(
+        "I@10.17-10.27 need@10.27-10.27 to@10.27-10.51 design.@10.51-10.79 Okay.@11.21-11.21 "
+        "I@11.43-11.45 thought,@11.45-11.75 you@11.75-11.83 know,@11.83-12.07 I@12.07-12.07 "
+        "heard@12.07-12.19 a@12.19-12.37 beat.@12.37-12.53 This@12.69-12.77 is@12.77-13.01 "
+        "Diane@13.01-13.29 in@13.29-13.59 New@13.59-13.69 Jersey.@13.69-14.09"
+    )
+    second = words_of(
+        "I@10.17-10.37 needed@10.37-10.37 to@10.37-10.63 design.@10.63-10.89 Okay.@11.21-11.21 "
+        "I@11.43-11.45 thought,@11.45-11.75 you@11.75-11.81 know,@11.81-12.05 I@12.05-12.07 "
+        "heard@12.07-12.19 of@12.19-12.37 the@12.37-12.47 this@12.47-12.71 is@12.71-12.99 "
+        "Diane@12.99-13.29 in@13.29-13.59 New@13.59-13.69 Jersey@13.69-14.09 and@14.09-14.63"
+    )
+    la = LocalAgreement()
+    assert la.insert(first) == []
+    got = "".join(x.text for x in la.insert(second))
+    # The newer reading of the disputed words is kept; the tail after the last agreement
+    # ("and") waits for the next pass.
+    assert got == (
+        " I needed to design. Okay. I thought, you know, I heard of the this is Diane in New Jersey"
+    )
+    assert [x.text for x in la.tentative] == [" and"]
+    # Words that agree nowhere after a disagreement are not committed.
+    la = LocalAgreement()
+    la.insert(words_of("one@0.0-0.3 two@0.4-0.7 three@0.8-1.1 four@1.2-1.5"))
+    got = la.insert(words_of("one@0.0-0.3 too@0.4-0.7 tree@0.8-1.1 for@1.2-1.5"))
+    assert [x.text for x in got] == [" one"]
+
+
+def test_a_moved_word_boundary_neither_drops_nor_repeats_a_word():
+    # Real passes again: "Texas" was committed ending at 16.35 s; the next pass put its end,
+    # and the start of "originally", at 16.15 s. Cut by time, "originally" was lost.
+    la = LocalAgreement()
+    la.commit_all(words_of("and@15.31-15.75 Texas@15.75-16.35"))
+    nxt = words_of("Texas@15.73-16.15 originally@16.15-16.87 from@16.87-17.29 Chicago.@17.29-17.71")
+    assert [x.text for x in la.commit_all(nxt)] == [" originally", " from", " Chicago."]
+    # The committed "need" is read "needed" by the next pass: not committed a second time.
+    la = LocalAgreement()
+    la.commit_all(words_of("there.@9.63-9.97 I@10.17-10.27 need@10.27-10.27"))
+    nxt = words_of("I@10.17-10.37 needed@10.37-10.37 to@10.37-10.63 design.@10.63-10.89")
+    assert [x.text for x in la.commit_all(nxt)] == [" to", " design."]
+    # ... but a "the" half a second away is another "the": nothing after it is skipped.
+    la = LocalAgreement()
+    la.commit_all(words_of("see@5.84-5.98 the@6.00-6.18 desk@6.20-6.36"))
+    nxt = words_of("at@6.36-6.50 the@6.50-6.60 top.@6.60-7.04 No,@7.24-7.40")
+    assert "".join(x.text for x in la.commit_all(nxt)) == " at the top. No,"
+
+
 def test_words_piled_up_at_one_instant_are_dropped():
     # The words of a real live pass (tiny.en int8, an AMI meeting clip, 2026-12-02): after
     # "link." Whisper ran on into the silence and said the sentence again, every word of it

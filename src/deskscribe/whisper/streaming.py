@@ -107,18 +107,87 @@ def _key(text: str) -> str:
     return re.sub(r"[^\w']+", "", text.lower())
 
 
+RESYNC_WORDS = 3  # agreeing words after a local disagreement that let the commit go past it
+RESYNC_SKIP = 2  # ... at most this many words apart in either hypothesis
+RESYNC_SECONDS = 0.5  # ... and starting this close in time
+
+
+def _agreed(new: list[Word], previous: list[Word]) -> int:
+    """How many words of ``new`` the two hypotheses agree on, from the start.
+
+    Strict LocalAgreement stops at the first word they differ on. On real speech that can
+    stall for a whole utterance: one word read two ways ("need" / "needed") held back 15 s of
+    text both passes had word for word, until the buffer was cut and the last pass, started
+    mid-sentence, lost it (the stall test, 2026-12-03). So a disagreement of up to
+    ``RESYNC_SKIP`` words is passed when ``RESYNC_WORDS`` words after it agree, at the same
+    time in both; the newer hypothesis's reading of it is kept. Words only the older pass
+    heard are not dropped on the newer one's say (the newer reading must be as long)."""
+    keys_new = [_key(w.text) for w in new]
+    keys_old = [_key(w.text) for w in previous]
+    i = j = agreed = 0
+    while i < len(new) and j < len(previous):
+        if keys_new[i] == keys_old[j]:
+            i, j = i + 1, j + 1
+            agreed = i
+            continue
+        step = _resync(new, previous, keys_new, keys_old, i, j)
+        if step is None:
+            break
+        i, j = i + step[0], j + step[1]
+    return agreed
+
+
+def _resync(new, previous, keys_new, keys_old, i, j) -> tuple[int, int] | None:
+    n = RESYNC_WORDS
+    skips = sorted(
+        ((a, b) for a in range(RESYNC_SKIP + 1) for b in range(RESYNC_SKIP + 1) if a and b <= a),
+        key=sum,
+    )
+    for a, b in skips:
+        x, y = i + a, j + b
+        if (
+            keys_new[x : x + n] == keys_old[y : y + n]
+            and len(keys_new[x : x + n]) == n
+            and abs(new[x].start - previous[y].start) < RESYNC_SECONDS
+        ):
+            return a, b
+    return None
+
+
 class LocalAgreement:
-    """LocalAgreement-2: commit the longest prefix two consecutive hypotheses share."""
+    """LocalAgreement-2: commit the longest prefix two consecutive hypotheses share (passing
+    a local disagreement when the words after it agree, ``_agreed``)."""
 
     def __init__(self) -> None:
         self.previous: list[Word] = []
         self.last_committed: list[Word] = []
 
     def _fresh(self, words: list[Word]) -> list[Word]:
-        """Drop words of a new hypothesis that were already committed."""
+        """Drop words of a new hypothesis that were already committed.
+
+        The hypothesis is aligned on the newest committed word it has again (the same word,
+        starting within 0.6 s; of the last three committed, the newest found, an older one
+        within 0.3 s). By time alone
+        a word boundary moving between passes lost the next word ("Texas" ended at 16.35 s
+        in one pass, "originally" started at 16.15 s in the next). Where the newest committed
+        words read differently now ("I need" committed, "I needed" in the next pass), as many
+        words after the aligned one as were committed after it are taken for their new
+        reading, if they start within the committed time (else the alignment is doubtful: a
+        "the" 0.5 s later is another "the"). No word in common: by time."""
         if not self.last_committed:
             return words
-        end = self.last_committed[-1].end
+        last = self.last_committed[-1]
+        for back, done in enumerate(reversed(self.last_committed[-3:])):
+            near = 0.6 if back == 0 else 0.3
+            again = [
+                i for i, w in enumerate(words)
+                if _key(w.text) == _key(done.text) and abs(w.start - done.start) < near
+            ]  # fmt: skip
+            if again:
+                rest = words[min(again, key=lambda i: abs(words[i].start - done.start)) + 1 :]
+                if all(w.start < last.end + 0.3 for w in rest[:back]) and len(rest) >= back:
+                    return rest[back:]
+        end = last.end
         words = [w for w in words if w.start > end - 0.1]
         # A word straddling the cut may come back: drop an n-gram repeat of the committed tail.
         if words and abs(words[0].start - end) < 1.0:
@@ -132,11 +201,8 @@ class LocalAgreement:
         """Take a new hypothesis; return the words it commits."""
         new = self._fresh(hypothesis)
         previous = self._fresh(self.previous)
-        committed: list[Word] = []
-        while new and previous and _key(new[0].text) == _key(previous[0].text):
-            committed.append(new.pop(0))
-            previous.pop(0)
-        self.previous = new
+        n = _agreed(new, previous)
+        committed, self.previous = new[:n], new[n:]
         self._remember(committed)
         return committed
 
