@@ -26,6 +26,7 @@ from ..service.live import (
     LiveOptions,
     LiveSession,
     Problem,
+    Relabelled,
     Started,
     Stopped,
     TextUpdate,
@@ -317,6 +318,8 @@ class LivePanel(QWidget):
         elif isinstance(event, TextUpdate):
             self.placeholder.hide()
             self.model.apply(event.segments, event.tentative, event.open_id)
+        elif isinstance(event, Relabelled):
+            self.model.revise(event.segments)
         elif isinstance(event, Started):
             self._set_state("recording")
             self._engine_label(event.model, event.device, 0.0)

@@ -153,6 +153,18 @@ class LiveTranscriptModel(QAbstractListModel):
         elif wants_row:
             self._changed(end)
 
+    def revise(self, segments: list[Segment]) -> None:
+        """New speaker labels for segments already shown (a live `Relabelled`); rows the user
+        corrected keep their text (the session left them alone too)."""
+        for seg in segments:
+            row = self._rows.get(seg.id)
+            if row is None or seg.id in self.edited_ids:
+                continue
+            if seg.speaker and seg.speaker not in self.speakers:
+                self.speakers.append(seg.speaker)
+            self.segments[row] = seg
+            self._changed(row)
+
     def _changed(self, row: int) -> None:
         idx = self.index(row)
         self.dataChanged.emit(idx, idx)

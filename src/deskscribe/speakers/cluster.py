@@ -345,6 +345,17 @@ class OnlineClusterer:
         self.counts.append(1)
         return len(self._sums) - 1
 
+    def seed(self, index: int, centroid: np.ndarray, count: int) -> None:
+        """Set speaker ``index``'s centroid (as if ``count`` windows had made it; new ids up to
+        ``index`` take it as their first): a better estimate found elsewhere, e.g. by an
+        offline pass over more audio."""
+        e = normalize(np.asarray(centroid, dtype=np.float64).reshape(-1))
+        while len(self._sums) <= index:
+            self._sums.append(e.copy())
+            self.counts.append(count)
+        self._sums[index] = e * count
+        self.counts[index] = count
+
     def merge_close(self, threshold: float | None = None) -> dict[int, int]:
         """Merge speakers whose centroids are at least ``threshold`` similar (default: the
         new-speaker threshold + 0.1; merging at the threshold itself undid real speakers in

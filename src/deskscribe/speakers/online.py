@@ -15,8 +15,10 @@ Two hints, used together:
   speaker; windows under ``min_update`` seconds (too little audio heard yet) are labelled
   without moving the centroids and never start a speaker (short windows embed badly).
 
-Labels are given once, when words are committed, and never change afterwards: committed text
-is stable. The audio kept for embedding is the last ``keep_seconds`` of each track.
+Labels are given when words are committed; a session with a speaker encoder revises them from
+time to time with an offline pass over the recording so far (``service.live.relabel``), which
+hands its voices back to the labeller (``adopt``). The audio kept for embedding is the last
+``keep_seconds`` of each track.
 """
 
 from __future__ import annotations
@@ -160,13 +162,26 @@ class LiveSpeakerLabeller:
         if audio.shape[0] < SAMPLE_RATE // 4:
             return last.speaker if last is not None and last.speaker not in (None, YOU) else "S1"
         embedding = self.encoder.embed(audio)
-        # Sure enough to move the centroids or start a speaker: a window of min_update
-        # seconds or more (widened windows count: commits are often a word or two).
-        sure = audio.shape[0] >= self.min_update * SAMPLE_RATE or len(self.clusterer) == 0
-        index = self.clusterer.assign(embedding, update=sure)
-        if index >= len(self.clusterer):  # too short to start a new speaker: nearest known
-            index = int(np.argmax(self.clusterer.similarities(embedding)))
+        with self._lock:  # ``adopt`` may change the centroids from another thread
+            # Sure enough to move the centroids or start a speaker: a window of min_update
+            # seconds or more (widened windows count: commits are often a word or two).
+            sure = audio.shape[0] >= self.min_update * SAMPLE_RATE or len(self.clusterer) == 0
+            index = self.clusterer.assign(embedding, update=sure)
+            if index >= len(self.clusterer):  # too short to start a new speaker: nearest known
+                index = int(np.argmax(self.clusterer.similarities(embedding)))
         return f"S{index + 1}"
+
+    def adopt(self, centroids: dict[str, np.ndarray], renamed: dict[str, str], weight: int) -> None:
+        """Take the voices an offline pass found (``centroids`` by the names now shown, "S1"
+        ...; ``renamed``: old live name -> the name its words now carry), so that the words
+        committed from now on get the same labels as the revised ones."""
+        with self._lock:
+            for name, centroid in centroids.items():
+                if name.startswith("S") and name[1:].isdigit():
+                    self.clusterer.seed(int(name[1:]) - 1, centroid, weight)
+            last = self._last
+            if last is not None and last.speaker in renamed:
+                last.speaker = renamed[last.speaker]
 
 
 def frame_energy(samples: np.ndarray) -> np.ndarray:

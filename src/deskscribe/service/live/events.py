@@ -58,6 +58,14 @@ class TextUpdate:
 
 
 @dataclass
+class Relabelled:
+    """The speaker labels of committed segments were revised (``relabel``): replace those
+    segments by id; their text did not change."""
+
+    segments: list[Segment]
+
+
+@dataclass
 class Problem:
     message: str
     track: str | None = None
@@ -88,7 +96,7 @@ class Stopped:
     reason: str | None = None  # why it stopped, when it was not the user
 
 
-Event = Started | Levels | TextUpdate | Problem | HealthReport | Adapted | Stopped
+Event = Started | Levels | TextUpdate | Relabelled | Problem | HealthReport | Adapted | Stopped
 
 
 class EventQueue:

@@ -12,6 +12,8 @@ Its parts, each in its own module:
   autosaves the transcript whenever a line is finished (at most once a second) and every few
   seconds;
 - ``store.TranscriptStore``: the committed text, the tentative tail, the user's corrections;
+- ``relabel.LabelReviser``, a thread that revises the voice labels every so often with the
+  offline speaker pass over the recording so far (``Relabelled`` events);
 - ``refine.refine_speakers``: the offline speaker pass at Stop;
 - ``health.HealthMonitor``: measured figures, once a second as a ``HealthReport`` event and a
   line of ``health.jsonl`` in the session folder, a summary (``health-summary.json``) at Stop;
@@ -45,12 +47,13 @@ from ...speakers.online import LiveSpeakerLabeller
 from ...transcript import Transcript
 from ...whisper.model import WhisperModel
 from ...whisper.streaming import OnlineTranscriber, StreamingOptions, StreamUpdate
-from .degrade import DegradeOptions, Degrader
+from .degrade import LABELS_AT_STOP, DegradeOptions, Degrader
 from .events import (
     Event,
     EventQueue,
     LiveState,
     Problem,
+    Relabelled,
     Started,
     Stopped,
     TextUpdate,
@@ -59,6 +62,7 @@ from .health import HealthLog, HealthMonitor
 from .pacing import KeepingUp, live_model
 from .recording import Recording
 from .refine import refine_speakers
+from .relabel import LabelReviser, ReviseOptions
 from .store import TranscriptStore
 
 log = logging.getLogger(__name__)
@@ -78,6 +82,8 @@ class LiveOptions:
     # their step to its speed). 0: the model's own sessions.
     cpu_threads: int = 1
     degrade: DegradeOptions | None = field(default_factory=DegradeOptions)  # None: never
+    # Revise the voice labels while recording (``relabel``); None: only at Stop.
+    revise: ReviseOptions | None = field(default_factory=ReviseOptions)
 
     @property
     def tracks(self) -> list[str]:
@@ -143,6 +149,13 @@ class LiveSession(KeepingUp):
         self.recording = Recording(
             self.options, self.tracks, meta, self.labeller, self._emit, capture
         )
+        self.reviser = LabelReviser(
+            self.store, self.transcript, self.labeller, self.tracks,
+            recorded=lambda: self.recording.samples,
+            allowed=lambda: not self.degrader.active(LABELS_AT_STOP),
+            on_revised=lambda segments: self._emit(Relabelled(segments)),
+            options=self.options.revise,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ state
 
@@ -249,6 +262,13 @@ class LiveSession(KeepingUp):
         )
         self._threads.append(transcriber)
         transcriber.start()
+        if self.options.revise is not None and self.reviser.active:
+            reviser = threading.Thread(
+                target=self.reviser.run, args=(folder, self._stop), name="live-relabel",
+                daemon=True,
+            )  # fmt: skip
+            self._threads.append(reviser)
+            reviser.start()
         self._move(LiveState.RECORDING, only_from=(LiveState.STARTING,))
         self._emit(Started(folder, self.tracks, self.model.name, self.model.runtime.label))
         self._health_log = HealthLog(folder)

@@ -1,0 +1,169 @@
+"""While recording, the speaker labels are revised from time to time by an offline pass.
+
+Live labels are given as words are committed, from a few seconds of audio each; on a real
+phone call the shipped encoder cannot tell two voices apart from that little (word accuracy
+0.57-0.73 live, 0.93 after the pass at Stop). So every so often, on its own thread, the
+session runs the offline speaker pass (``diarize``) over the track recorded so far and gives
+the committed words its labels: the live window shows them, the labels already on screen
+keep their names where the voice is the same (each offline voice takes the live name most of
+its words had), and the live labeller takes the offline voices as its centroids so the words
+committed next get the same labels. Meeting mode: the system-audio track's voices among
+themselves; "You" stays.
+
+The passes cost: the offline pass took 0.45-1.2 s per audio minute on 2 cores, so the time
+between passes grows with it (``share``: passes take at most that share of the time), and
+there is none while the session has stepped down to deferring labels (it is behind), nor past
+``REFINE_MAX_SECONDS``. Stop cancels a pass in progress; the pass at Stop (``refine``) has the
+last word.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...audio.sessions import read_track
+from ...audio_format import SAMPLE_RATE
+from ...speakers.assign import assign_speakers
+from ...speakers.diarize import diarize
+from ...speakers.online import YOU, LiveSpeakerLabeller
+from ...transcript import Segment, Transcript
+from .refine import REFINE_MAX_SECONDS
+from .store import TranscriptStore, word_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReviseOptions:
+    first_seconds: float = 6.0  # the first pass once this much has been recorded
+    every_seconds: float = 3.0  # at least this long between passes (with new words)
+    share: float = 0.1  # ... and passes take at most this share of the time
+    weight: int = 20  # the offline centroids count as this many live windows
+
+
+def voices_track(tracks: list[str]) -> str | None:
+    """The track whose voices are told apart: the one source, or in meeting mode the system
+    audio (the microphone is "You")."""
+    if tracks == ["mic", "system"]:
+        return "system"
+    return tracks[0] if len(tracks) == 1 else None
+
+
+def match_names(
+    shown: dict[tuple, str], found: dict[tuple, str], taken: set[str]
+) -> dict[str, str]:
+    """A name for each offline voice (``found``: word -> offline label): the live name
+    (``shown``: word -> label on screen) most of its words have, each live name given once,
+    most words first; the rest get new names "S<n>" past every name in ``taken``."""
+    pairs = Counter(
+        (found[k], shown[k]) for k in found if shown.get(k) not in (None, YOU) and k in shown
+    )
+    names: dict[str, str] = {}
+    used: set[str] = set()
+    for (voice, name), _ in pairs.most_common():
+        if voice not in names and name not in used:
+            names[voice] = name
+            used.add(name)
+    numbers = [int(n[1:]) for n in taken | used if n.startswith("S") and n[1:].isdigit()]
+    next_number = max(numbers, default=0) + 1
+    for voice in dict.fromkeys(found.values()):
+        if voice not in names:
+            names[voice] = f"S{next_number}"
+            next_number += 1
+    return names
+
+
+def revise_labels(
+    store: TranscriptStore,
+    transcript: Transcript,
+    audio,
+    labeller: LiveSpeakerLabeller,
+    weight: int,
+    cancel: threading.Event | None = None,
+) -> list[Segment]:
+    """One revision: the offline pass over ``audio`` (the voices' track so far) labels the
+    words of ``transcript`` (the store's snapshot); the store and the labeller take it. The
+    segments whose labels changed."""
+    others = [s for s in transcript.segments if s.speaker != YOU]
+    if not others or audio.shape[0] < SAMPLE_RATE:
+        return []
+    diarization = diarize(audio, labeller.encoder, cancel=cancel)
+    if not diarization.turns:
+        return []
+    relabelled = assign_speakers(Transcript(segments=others), diarization)
+    found = {word_key(w): w.speaker for s in relabelled.segments for w in s.words if w.speaker}
+    shown = {word_key(w): w.speaker for s in others for w in s.words}
+    names = match_names(shown, found, {n for n in shown.values() if n})
+    renamed = {}  # live name -> the name its words mostly carry now
+    pairs = Counter((shown[k], names[v]) for k, v in found.items() if k in shown)
+    for (old, new), _ in pairs.most_common():
+        renamed.setdefault(old, new)
+    changed = store.relabel({k: names[v] for k, v in found.items()})
+    centroids = {names[v]: c for v, c in diarization.centroids.items() if v in names}
+    labeller.adopt(centroids, renamed, weight)
+    return changed
+
+
+class LabelReviser:
+    """The thread that revises the labels while a session records (``run`` is its body)."""
+
+    def __init__(
+        self,
+        store: TranscriptStore,
+        snapshot: Callable[[], Transcript],
+        labeller: LiveSpeakerLabeller,
+        tracks: list[str],
+        recorded: Callable[[], int],
+        allowed: Callable[[], bool],
+        on_revised: Callable[[list[Segment]], None],
+        options: ReviseOptions | None = None,
+    ) -> None:
+        self.store, self.snapshot, self.labeller = store, snapshot, labeller
+        self.track = voices_track(tracks)
+        self.recorded, self.allowed, self.on_revised = recorded, allowed, on_revised
+        self.options = options or ReviseOptions()
+        self.passes: list[tuple[float, float]] = []  # (seconds recorded, seconds it took)
+        self._newest = 0.0  # end of the newest committed segment the last pass saw
+
+    @property
+    def active(self) -> bool:
+        return self.labeller.encoder is not None and self.track is not None
+
+    def _due(self, seconds: float) -> bool:
+        opt = self.options
+        if not self.passes:
+            return seconds >= opt.first_seconds
+        at, took = self.passes[-1]
+        return seconds >= at + max(opt.every_seconds, took / opt.share)
+
+    def run(self, folder: Path, stop: threading.Event) -> None:
+        while not stop.wait(0.5):
+            seconds = self.recorded() / SAMPLE_RATE
+            if seconds > REFINE_MAX_SECONDS:
+                return  # a track too long to read into memory (as at Stop)
+            if not self._due(seconds) or not self.allowed() or not len(self.store):
+                continue
+            transcript = self.snapshot()
+            newest = max((s.end for s in transcript.segments), default=0.0)
+            if newest <= self._newest:
+                continue  # nothing committed since the last pass
+            self._newest = newest
+            began = time.perf_counter()
+            try:
+                audio = read_track(folder, self.track)
+                changed = revise_labels(
+                    self.store, transcript, audio, self.labeller, self.options.weight, stop
+                )
+            except Exception:  # cancelled at Stop, or failed: the live labels stay
+                if not stop.is_set():
+                    log.exception("revising the live speaker labels failed")
+                changed = []
+            self.passes.append((seconds, time.perf_counter() - began))
+            if changed and not stop.is_set():
+                self.on_revised(changed)
