@@ -104,6 +104,8 @@ def revise_labels(
     pairs = Counter((shown[k], names[v]) for k, v in found.items() if k in shown)
     for (old, new), _ in pairs.most_common():
         renamed.setdefault(old, new)
+    if cancel is not None and cancel.is_set():
+        return []  # stopped meanwhile: the pass at Stop labels everything
     changed = store.relabel({k: names[v] for k, v in found.items()})
     centroids = {names[v]: c for v, c in diarization.centroids.items() if v in names}
     labeller.adopt(centroids, renamed, weight)

@@ -352,6 +352,9 @@ class LiveSession(KeepingUp):
                 self.recording.close()
             except (RecorderError, OSError) as exc:
                 self._emit(Problem(f"could not finish the session files: {exc}"))
+            for thread in self._threads:  # a label revision must not land after the pass
+                if thread.name == "live-relabel":
+                    thread.join(timeout=30)
             try:
                 if refine_speakers(
                     self.store, self.transcript, self.labeller.encoder, self.folder,
