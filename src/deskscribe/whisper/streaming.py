@@ -137,13 +137,16 @@ def _agreed(new: list[Word], previous: list[Word]) -> int:
     return agreed
 
 
+# (words passed in the newer hypothesis, in the older), fewest first
+_SKIPS = sorted(
+    ((a, b) for a in range(RESYNC_SKIP + 1) for b in range(RESYNC_SKIP + 1) if a and b <= a),
+    key=sum,
+)
+
+
 def _resync(new, previous, keys_new, keys_old, i, j) -> tuple[int, int] | None:
     n = RESYNC_WORDS
-    skips = sorted(
-        ((a, b) for a in range(RESYNC_SKIP + 1) for b in range(RESYNC_SKIP + 1) if a and b <= a),
-        key=sum,
-    )
-    for a, b in skips:
+    for a, b in _SKIPS:
         x, y = i + a, j + b
         if (
             keys_new[x : x + n] == keys_old[y : y + n]
@@ -167,9 +170,9 @@ class LocalAgreement:
 
         The hypothesis is aligned on the newest committed word it has again (the same word,
         starting within 0.6 s; of the last three committed, the newest found, an older one
-        within 0.3 s). By time alone
-        a word boundary moving between passes lost the next word ("Texas" ended at 16.35 s
-        in one pass, "originally" started at 16.15 s in the next). Where the newest committed
+        within 0.3 s). By time alone a word boundary moving between passes lost the next
+        word ("Texas" ended at 16.35 s in one pass, "originally" started at 16.15 s in the
+        next). Where the newest committed
         words read differently now ("I need" committed, "I needed" in the next pass), as many
         words after the aligned one as were committed after it are taken for their new
         reading, if they start within the committed time (else the alignment is doubtful: a

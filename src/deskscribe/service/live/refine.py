@@ -30,6 +30,14 @@ REFINE_BUDGET_SECONDS = 90.0  # a pass at Stop that takes longer is given up
 REFINE_MAX_SECONDS = 3 * 60 * 60  # a track this long (about 700 MB as float32) stays unread
 
 
+def voices_track(tracks: list[str]) -> str | None:
+    """The track whose voices are told apart: the one source, or in meeting mode the system
+    audio (the microphone is "You")."""
+    if tracks == ["mic", "system"]:
+        return "system"
+    return tracks[0] if len(tracks) == 1 else None
+
+
 def refine_speakers(
     store: TranscriptStore,
     snapshot,
@@ -42,7 +50,7 @@ def refine_speakers(
     """Relabel ``store``'s transcript (``snapshot()`` gives it) from the recorded voices;
     whether it did. Any failure, or a pass past ``budget`` seconds, leaves the live labels
     as they were."""
-    voices = "system" if tracks == ["mic", "system"] else tracks[0] if len(tracks) == 1 else None
+    voices = voices_track(tracks)
     if (
         encoder is None
         or voices is None

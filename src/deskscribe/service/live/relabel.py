@@ -33,7 +33,7 @@ from ...speakers.assign import assign_speakers
 from ...speakers.diarize import diarize
 from ...speakers.online import YOU, LiveSpeakerLabeller
 from ...transcript import Segment, Transcript
-from .refine import REFINE_MAX_SECONDS
+from .refine import REFINE_MAX_SECONDS, voices_track
 from .store import TranscriptStore, word_key
 
 log = logging.getLogger(__name__)
@@ -47,23 +47,13 @@ class ReviseOptions:
     weight: int = 20  # the offline centroids count as this many live windows
 
 
-def voices_track(tracks: list[str]) -> str | None:
-    """The track whose voices are told apart: the one source, or in meeting mode the system
-    audio (the microphone is "You")."""
-    if tracks == ["mic", "system"]:
-        return "system"
-    return tracks[0] if len(tracks) == 1 else None
-
-
 def match_names(
     shown: dict[tuple, str], found: dict[tuple, str], taken: set[str]
 ) -> dict[str, str]:
     """A name for each offline voice (``found``: word -> offline label): the live name
     (``shown``: word -> label on screen) most of its words have, each live name given once,
     most words first; the rest get new names "S<n>" past every name in ``taken``."""
-    pairs = Counter(
-        (found[k], shown[k]) for k in found if shown.get(k) not in (None, YOU) and k in shown
-    )
+    pairs = Counter((found[k], shown[k]) for k in found if shown.get(k) not in (None, YOU))
     names: dict[str, str] = {}
     used: set[str] = set()
     for (voice, name), _ in pairs.most_common():

@@ -123,6 +123,7 @@ class LiveSession(KeepingUp):
         self._stop = threading.Event()
         self._done = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._reviser_thread: threading.Thread | None = None
         self._fed = 0  # samples the transcriber has taken
         self._reason: str | None = None
         self._transcript: Transcript | None = None
@@ -263,12 +264,12 @@ class LiveSession(KeepingUp):
         self._threads.append(transcriber)
         transcriber.start()
         if self.options.revise is not None and self.reviser.active:
-            reviser = threading.Thread(
+            self._reviser_thread = threading.Thread(
                 target=self.reviser.run, args=(folder, self._stop), name="live-relabel",
                 daemon=True,
             )  # fmt: skip
-            self._threads.append(reviser)
-            reviser.start()
+            self._threads.append(self._reviser_thread)
+            self._reviser_thread.start()
         self._move(LiveState.RECORDING, only_from=(LiveState.STARTING,))
         self._emit(Started(folder, self.tracks, self.model.name, self.model.runtime.label))
         self._health_log = HealthLog(folder)
@@ -352,9 +353,8 @@ class LiveSession(KeepingUp):
                 self.recording.close()
             except (RecorderError, OSError) as exc:
                 self._emit(Problem(f"could not finish the session files: {exc}"))
-            for thread in self._threads:  # a label revision must not land after the pass
-                if thread.name == "live-relabel":
-                    thread.join(timeout=30)
+            if self._reviser_thread is not None:  # a revision must not land after the pass
+                self._reviser_thread.join(timeout=30)
             try:
                 if refine_speakers(
                     self.store, self.transcript, self.labeller.encoder, self.folder,
