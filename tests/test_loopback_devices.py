@@ -142,13 +142,115 @@ def test_macos_help_names_screencapturekit_and_blackhole():
 
 
 def test_macos_offers_screencapturekit_from_13_when_pyobjc_is_there():
-    (entry,) = macos.devices((14, 5), available=True)
+    (entry,) = macos.devices((14, 3, 1), available=True, tap_available=True)
     assert entry.kind == "system" and entry.backend == "screencapturekit"
     assert (entry.channels, entry.samplerate) == (2, 48000.0)
     assert entry.opens_with.__name__ == "ScreenCaptureKitStream"
     assert macos.devices((13, 0), available=True)
     assert macos.devices((12, 7), available=True) == []  # no ScreenCaptureKit audio before 13
     assert macos.devices((15, 1), available=False) == []  # pyobjc missing: BlackHole only
+
+
+def test_macos_offers_the_process_tap_first_from_14_4():
+    tap, sck = macos.devices((14, 4), available=True, tap_available=True)
+    assert (tap.backend, sck.backend) == ("process-tap", "screencapturekit")
+    assert tap.kind == "system" and tap.opens_with.__name__ == "ProcessTapStream"
+    assert "Core Audio tap" in tap.name
+    # A pyobjc without taps (older than 11): ScreenCaptureKit only; neither: BlackHole only.
+    assert [d.backend for d in macos.devices((15, 1), True, False)] == ["screencapturekit"]
+    assert [d.backend for d in macos.devices((15, 1), False, True)] == ["process-tap"]
+    assert macos.devices((14, 3), available=False, tap_available=True) == []
+    help_text = macos.native_route_help((14, 5))
+    assert "Core Audio tap" in help_text and "System Audio Recording" in help_text
+    assert "Core Audio tap" not in macos.native_route_help((14, 3))
+
+
+def test_process_tap_without_pyobjc_says_what_to_install():
+    from deskscribe.audio.device_types import CaptureDeviceError
+    from deskscribe.audio.loopback import processtap
+
+    if processtap.available():
+        pytest.skip("pyobjc's CoreAudio is installed: this is about a Mac without it")
+    stream = processtap.ProcessTapStream(processtap.device())
+    with pytest.raises(CaptureDeviceError, match=r"pyobjc.*ScreenCaptureKit or BlackHole"):
+        stream.start()
+    stream.stop()  # nothing was opened: nothing to close, no error
+
+
+class Buffer:
+    """What pyobjc's CoreAudio hands the IO block for each AudioBuffer: the channel count,
+    the bytes that are audio, and the memory (a memoryview, often larger than the audio)."""
+
+    def __init__(self, samples: np.ndarray, channels: int, spare: int = 0) -> None:
+        raw = samples.astype("<f4").tobytes()
+        self.mNumberChannels, self.mDataByteSize = channels, len(raw)
+        self.mData = memoryview(bytearray(raw + b"\x7f" * spare))
+
+
+def test_process_tap_reads_interleaved_and_planar_buffer_lists(speech):
+    from deskscribe.audio.loopback import processtap as tap
+
+    left, right = speech[:4800], -0.5 * speech[:4800]
+    want = np.stack([left, right], axis=1)
+    one = [Buffer(want.reshape(-1), 2, spare=64)]  # bytes past mDataByteSize are not audio
+    assert np.array_equal(tap.buffer_list_frames(one, planar_flag=False), want)
+    two = [Buffer(left, 1, spare=12), Buffer(right, 1)]
+    assert np.array_equal(tap.buffer_list_frames(two, planar_flag=True), want)
+    assert tap.buffer_list_frames([], planar_flag=False).shape[0] == 0
+    fmt = tap.StreamFormat(48000.0, 0x9, 2, 32)  # float, packed, interleaved
+    assert tap.frames_problem(fmt, one) is None
+    assert tap.frames_problem(fmt._replace(channels=1, flags=0x29), two) is None
+    assert "float" in tap.frames_problem(fmt._replace(flags=0xC, bits=16), one)
+    assert "bytes" in tap.frames_problem(fmt, [Buffer(speech[:9], 2)])  # half a frame
+
+
+def test_process_tap_format_is_read_in_core_audios_layout():
+    import struct
+
+    from deskscribe.audio.loopback import processtap as tap
+
+    assert ctypes_size(tap.StreamDescription) == 40 and ctypes_size(tap.PropertyAddress) == 12
+    # AudioStreamBasicDescription as Core Audio writes it: Float64 then eight UInt32.
+    raw = struct.pack("<d8I", 44100.0, tap.fourcc("lpcm"), 0x29, 4, 1, 4, 2, 32, 0)
+    desc = tap.StreamDescription.from_buffer_copy(raw)
+    assert tap.stream_format(desc) == tap.StreamFormat(44100.0, 0x29, 2, 32)
+    assert tap.fourcc("tfmt") == 0x74666D74 and tap.SCOPE_GLOBAL == 0x676C6F62
+    agg = tap.aggregate_description("BuiltInSpeakerDevice", "TAP-UID")
+    assert agg["taps"] == [{"uid": "TAP-UID", "drift": True}] and agg["private"] is True
+    assert agg["master"] == "BuiltInSpeakerDevice" and agg["tapautostart"] is True
+
+
+def ctypes_size(kind) -> int:
+    import ctypes
+
+    return ctypes.sizeof(kind)
+
+
+def test_process_tap_stream_turns_buffer_lists_into_16k_mono(speech):
+    """The IO block's path through LoopbackStream: 48 kHz stereo buffer lists in, the voice
+    out at 16 kHz mono, as a live session reads it (the OS calls that open the tap aside)."""
+    import soxr
+
+    from deskscribe.audio.loopback import processtap as tap
+
+    stream = tap.ProcessTapStream(tap.device())
+    stream._format = tap.StreamFormat(48000.0, 0x9, 2, 32)
+    voice = soxr.resample(speech[: 16000 * 3], 16000, 48000).astype(np.float32)
+    frames = np.stack([voice, voice], axis=1).reshape(-1)
+    for i in range(0, len(frames), 512 * 2):  # 512-frame buffers, as Core Audio sends
+        stream._io(None, [Buffer(frames[i : i + 1024], 2)], None, [], None)
+    stream._stopping = True
+    stream._io(None, [Buffer(frames[:1024], 2)], None, [], None)  # after Stop: ignored
+    stream.stop()
+    out = stream.read()
+    assert stream.error is None and stream.overflows == 0
+    n = min(len(out), 16000 * 3)
+    assert n > 16000 * 3 - 200
+    assert np.corrcoef(out[:n], speech[:n])[0, 1] > 0.99
+    bad = tap.ProcessTapStream(tap.device())
+    bad._format = tap.StreamFormat(48000.0, 0xC, 2, 16)  # 16-bit integers: refused, said
+    bad._io(None, [Buffer(frames[:1024], 2)], None, [], None)
+    assert "16-bit" in bad.error and bad.overflows == 1
 
 
 def test_screencapturekit_without_pyobjc_says_what_to_install():

@@ -13,9 +13,10 @@ Everything is opened through sounddevice (PortAudio); what differs per OS is how
   recorded natively by `loopback.wasapi` (PyAudioWPatch): the default output (following
   Windows' default), the communications device of calls, and every other output. "Stereo
   Mix" and virtual cables are offered after those. (Never run on Windows yet.)
-- macOS: PortAudio sees no loopback; BlackHole, Loopback or Soundflower devices are. On 13+
-  a ScreenCaptureKit stream (`loopback.screencapturekit`, pyobjc) is offered first; the
-  process tap is explained, not built (`loopback.macos`).
+- macOS: PortAudio sees no loopback; BlackHole, Loopback or Soundflower devices are. Offered
+  before them: on 14.4+ a Core Audio process tap (`loopback.processtap`), on 13+ a
+  ScreenCaptureKit stream (`loopback.screencapturekit`), both through pyobjc (never run on
+  macOS yet).
 
 `system_audio_help()` says, per OS, what to install when nothing is found.
 """
@@ -311,11 +312,13 @@ def _discover(kind: str) -> tuple[list[InputDevice], str | None, str]:
         found = native + found
         default = None  # the first: the default output, followed
     if kind == "system" and sys.platform == "darwin":
-        from .loopback import macos, screencapturekit
+        from .loopback import macos, processtap, screencapturekit
 
-        native = macos.devices(macos.macos_version(), screencapturekit.available())
+        native = macos.devices(
+            macos.macos_version(), screencapturekit.available(), processtap.available()
+        )
         if native:
-            found, default = native + found, None  # ScreenCaptureKit first, BlackHole after
+            found, default = native + found, None  # the tap, ScreenCaptureKit, then BlackHole
     return found, default, why
 
 

@@ -4,9 +4,9 @@
   loopback; the microphone stays on sounddevice): the default output first (and an entry that
   follows it when Windows' default changes), the communications device of calls, native
   channel count downmixed, gaps while nothing plays filled by time.
-- macOS (`macos`, `screencapturekit`): an audio-only ScreenCaptureKit stream on 13 and
-  later (pyobjc); which route each version has and what permission it needs; the 14.4+
-  process tap is not built; BlackHole stays the fallback.
+- macOS (`macos`, `processtap`, `screencapturekit`): a Core Audio process tap on 14.4 and
+  later and an audio-only ScreenCaptureKit stream on 13 and later (pyobjc); which route each
+  version has and what permission it needs; BlackHole stays the fallback.
 - Both: `silence.SilenceWatch` turns "only digital zeros while something plays" into a
   message with the steps to fix it (`silence.permission_help`).
 

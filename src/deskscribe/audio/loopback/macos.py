@@ -8,10 +8,10 @@ streams (macOS 13-14.3; Screen Recording permission). Both deliver all-zero buff
 error, when permission is missing: `silence.SilenceWatch` and `silence.permission_help`
 ("process-tap", "screencapturekit") turn that into steps for the user.
 
-Built: the ScreenCaptureKit stream (`screencapturekit.ScreenCaptureKitStream`, pyobjc),
-offered on macOS 13 and later, 14.4+ included (`devices`). Not built: the process tap, which
-needs Core Audio calls pyobjc does not wrap (ctypes against a Mac to write them with).
-BlackHole stays the fallback, and `native_route_help` names it. Nothing here has run on macOS.
+Built: the process tap (`processtap.ProcessTapStream`, pyobjc's CoreAudio), offered first
+on 14.4 and later, and the ScreenCaptureKit stream (`screencapturekit.ScreenCaptureKitStream`),
+offered on 13 and later (after the tap on 14.4+). BlackHole stays the fallback, and
+`native_route_help` names it. Nothing here has run on macOS.
 """
 
 from __future__ import annotations
@@ -42,14 +42,21 @@ def native_route(version: tuple[int, ...]) -> str | None:
     return None
 
 
-def devices(version: tuple[int, ...], available: bool) -> list:
-    """The native system-audio entries to offer on this macOS `version` (`available`: the
-    pyobjc frameworks import): ScreenCaptureKit's on 13 and later, else none."""
-    if not available or native_route(version) is None:
-        return []
-    from .screencapturekit import device
+def devices(version: tuple[int, ...], available: bool, tap_available: bool = False) -> list:
+    """The native system-audio entries to offer on this macOS `version`: the process tap on
+    14.4 and later (`tap_available`: pyobjc's CoreAudio has taps), then ScreenCaptureKit's
+    on 13 and later (`available`: its pyobjc frameworks import)."""
+    route = native_route(version)
+    out = []
+    if route == PROCESS_TAP and tap_available:
+        from .processtap import device as tap_device
 
-    return [device()]
+        out.append(tap_device())
+    if route is not None and available:
+        from .screencapturekit import device
+
+        out.append(device())
+    return out
 
 
 def native_route_help(version: tuple[int, ...] | None = None) -> str:
@@ -63,8 +70,16 @@ def native_route_help(version: tuple[int, ...] | None = None) -> str:
     if native_route(version) is None:
         return f"To record what this Mac plays, {blackhole}"
     shown = ".".join(map(str, version))
+    tap = ""
+    if native_route(version) == PROCESS_TAP:
+        tap = (
+            "choose 'What this Mac plays (Core Audio tap)' as system audio and allow DeskScribe "
+            "under System Settings > Privacy & Security > Screen & System Audio Recording "
+            "('System Audio Recording Only') when macOS asks; if that entry is missing or "
+            "records nothing, "
+        )
     return (
-        f"On macOS {shown} DeskScribe records what this Mac plays through ScreenCaptureKit: "
+        f"On macOS {shown} DeskScribe records what this Mac plays natively: {tap}"
         "choose 'What this Mac plays (ScreenCaptureKit)' as system audio and allow Screen "
         "Recording for DeskScribe in System Settings > Privacy & Security when macOS asks. "
         f"If that entry is missing or records nothing, {blackhole}"

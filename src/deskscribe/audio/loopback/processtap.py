@@ -1,0 +1,362 @@
+"""macOS 14.4+ system audio: a Core Audio process tap, through pyobjc's CoreAudio wrapper.
+
+NEVER RUN ON macOS YET: there is no Mac here. Written against pyobjc 12's CoreAudio metadata
+(`AudioHardwareCreateProcessTap` as ``i@^I`` with the tap id an out argument,
+`AudioHardwareCreateAggregateDevice` likewise, `AudioDeviceCreateIOProcIDWithBlock` whose
+block receives pyobjc's own `AudioBufferList` type: indexable `AudioBuffer`s with
+``mNumberChannels``, ``mDataByteSize`` and ``mData`` as a memoryview), Apple's headers and
+its "Capturing system audio with Core Audio taps" steps. Property reads go through ctypes on
+the CoreAudio framework (exact C layouts: `PropertyAddress`, `StreamDescription`). What does
+not touch macOS is tested on Linux: reading buffer lists (`buffer_list_frames`) on real
+speech, the tap format's layout and its checks, device choice and the help texts.
+
+How it records:
+1. a `CATapDescription` of every process's sound mixed to stereo, DeskScribe's own process
+   excluded (its process object from its pid), private to this process, not muting anything;
+2. `AudioHardwareCreateProcessTap`; the tap's format (`kAudioTapPropertyFormat`);
+3. a private aggregate device clocked by the default output, with the tap in its tap list
+   (started with the device, drift compensated);
+4. an IO block on a serial dispatch queue hands each buffer list's float32 samples to
+   `LoopbackStream._push`; teardown in reverse order (stop, IO proc, aggregate, tap).
+
+Permission: macOS asks once (``NSAudioCaptureUsageDescription``, in installers/macos/
+Info.plist). Refused, the tap delivers exact zeros and no error: `SilenceWatch` turns that
+into the steps to allow it. "Something plays" is another process running audio output
+(`kAudioProcessPropertyIsRunningOutput`), not the output device running: the tap's own
+aggregate device keeps that device running, so it would always say yes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..device_types import CaptureDeviceError, InputDevice
+from . import LoopbackStream
+from .formats import downmix, float_frames
+from .macos import PROCESS_TAP
+from .screencapturekit import NON_INTERLEAVED, StreamFormat, layout_problem, stream_format
+
+BACKEND = PROCESS_TAP
+CHANNELS = 2
+FALLBACK_RATE = 48000  # shown in the device list; the tap's own rate is read when it opens
+COREAUDIO = "/System/Library/Frameworks/CoreAudio.framework/CoreAudio"
+COREFOUNDATION = "/System/Library/Frameworks/CoreFoundation.framework/CoreFoundation"
+
+
+def fourcc(code: str) -> int:
+    """Core Audio's four-character codes as the integers its headers define."""
+    return int.from_bytes(code.encode("ascii"), "big")
+
+
+SYSTEM_OBJECT = 1  # kAudioObjectSystemObject
+SCOPE_GLOBAL = fourcc("glob")  # kAudioObjectPropertyScopeGlobal
+ELEMENT_MAIN = 0  # kAudioObjectPropertyElementMain
+DEFAULT_OUTPUT = fourcc("dOut")  # kAudioHardwarePropertyDefaultOutputDevice
+DEVICE_UID = fourcc("uid ")  # kAudioDevicePropertyDeviceUID
+PROCESS_LIST = fourcc("prs#")  # kAudioHardwarePropertyProcessObjectList (macOS 14.2+)
+RUNNING_OUTPUT = fourcc("piro")  # kAudioProcessPropertyIsRunningOutput
+PID_TO_PROCESS = fourcc("id2p")  # kAudioHardwarePropertyTranslatePIDToProcessObject
+TAP_FORMAT = fourcc("tfmt")  # kAudioTapPropertyFormat
+
+
+class PropertyAddress(ctypes.Structure):
+    """AudioObjectPropertyAddress."""
+
+    _fields_ = [("mSelector", ctypes.c_uint32), ("mScope", ctypes.c_uint32),
+                ("mElement", ctypes.c_uint32)]  # fmt: skip
+
+
+class StreamDescription(ctypes.Structure):
+    """AudioStreamBasicDescription (40 bytes: a Float64, then eight UInt32)."""
+
+    _fields_ = [("mSampleRate", ctypes.c_double), ("mFormatID", ctypes.c_uint32),
+                ("mFormatFlags", ctypes.c_uint32), ("mBytesPerPacket", ctypes.c_uint32),
+                ("mFramesPerPacket", ctypes.c_uint32), ("mBytesPerFrame", ctypes.c_uint32),
+                ("mChannelsPerFrame", ctypes.c_uint32), ("mBitsPerChannel", ctypes.c_uint32),
+                ("mReserved", ctypes.c_uint32)]  # fmt: skip
+
+
+def frameworks() -> Any:
+    """pyobjc's CoreAudio with the process-tap API; a clear error when missing."""
+    try:
+        import CoreAudio
+        import dispatch  # noqa: F401  (the IO block's queue)
+    except ImportError:
+        raise CaptureDeviceError(
+            "Recording what this Mac plays through a Core Audio tap needs pyobjc's CoreAudio "
+            "and libdispatch packages, which this installation lacks (installing DeskScribe "
+            "with pip on macOS installs them); ScreenCaptureKit or BlackHole work without."
+        ) from None
+    if not hasattr(CoreAudio, "CATapDescription"):
+        raise CaptureDeviceError(
+            "This pyobjc has no Core Audio taps (pyobjc-framework-CoreAudio 11 or later has "
+            "them); record system audio through ScreenCaptureKit or BlackHole."
+        )
+    return CoreAudio
+
+
+def available() -> bool:
+    try:
+        frameworks()
+    except CaptureDeviceError:
+        return False
+    return True
+
+
+def device() -> InputDevice:
+    return InputDevice(
+        name="What this Mac plays (Core Audio tap)",
+        kind="system",
+        index=None,
+        pulse_source=None,
+        channels=CHANNELS,
+        samplerate=float(FALLBACK_RATE),
+        backend=BACKEND,
+        opens_with=ProcessTapStream,
+    )
+
+
+def buffer_list_frames(buffers: Sequence, planar_flag: bool) -> np.ndarray:
+    """(frames, channels) float32 from one AudioBufferList as pyobjc hands it to the IO
+    block: a single buffer of interleaved frames (``mNumberChannels`` each), or, when the
+    format is non-interleaved, one buffer per channel. Only ``mDataByteSize`` bytes of each
+    buffer are audio; channels of unequal length are cut to the shortest."""
+    parts = []
+    for i in range(len(buffers)):
+        buf = buffers[i]
+        data = buf.mData
+        if data is None:
+            continue
+        raw = bytes(memoryview(data).cast("B")[: int(buf.mDataByteSize)])
+        channels = max(1, int(buf.mNumberChannels))
+        parts.append(float_frames(raw, channels, planar=False))
+    if not parts:
+        return np.zeros((0, 1), np.float32)
+    if len(parts) == 1 and not planar_flag:
+        return parts[0]
+    n = min(p.shape[0] for p in parts)
+    return np.concatenate([p[:n] for p in parts], axis=1)
+
+
+def frames_problem(fmt: StreamFormat, buffers: Sequence) -> str | None:
+    """Why a buffer list in ``fmt`` cannot be read as float32 (None: it can): the same
+    checks as ScreenCaptureKit's buffers, per buffer."""
+    for i in range(len(buffers)):
+        buf = buffers[i]
+        channels = max(1, int(buf.mNumberChannels))
+        size = int(buf.mDataByteSize)
+        per_buffer = StreamFormat(fmt.rate, fmt.flags, channels, fmt.bits)
+        problem = layout_problem(per_buffer, size, size // (4 * channels), fmt.rate)
+        if problem is not None:
+            return problem
+    return None
+
+
+class CoreAudioProperties:
+    """Reads Core Audio object properties with ctypes (`AudioObjectGetPropertyData`)."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL(COREAUDIO)
+        self.cf = ctypes.CDLL(COREFOUNDATION)
+        get = self.lib.AudioObjectGetPropertyData
+        get.restype = ctypes.c_int32
+        get.argtypes = [ctypes.c_uint32, ctypes.POINTER(PropertyAddress), ctypes.c_uint32,
+                        ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p]  # fmt: skip
+        size = self.lib.AudioObjectGetPropertyDataSize
+        size.restype = ctypes.c_int32
+        size.argtypes = [ctypes.c_uint32, ctypes.POINTER(PropertyAddress), ctypes.c_uint32,
+                         ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]  # fmt: skip
+        self.cf.CFRelease.argtypes = [ctypes.c_void_p]
+
+    def read(self, obj: int, selector: int, value, qualifier=None):
+        """Fill the ctypes ``value`` with property ``selector`` of ``obj``; OSError on a
+        non-zero status."""
+        address = PropertyAddress(selector, SCOPE_GLOBAL, ELEMENT_MAIN)
+        size = ctypes.c_uint32(ctypes.sizeof(value))
+        q_size, q_ptr = 0, None
+        if qualifier is not None:
+            q_size, q_ptr = ctypes.sizeof(qualifier), ctypes.byref(qualifier)
+        status = self.lib.AudioObjectGetPropertyData(
+            obj, ctypes.byref(address), q_size, q_ptr, ctypes.byref(size), ctypes.byref(value)
+        )
+        if status != 0:
+            raise OSError(status, f"Core Audio property {selector:#x} of object {obj}")
+        return value
+
+    def uint(self, obj: int, selector: int, qualifier=None) -> int:
+        return int(self.read(obj, selector, ctypes.c_uint32(), qualifier).value)
+
+    def uints(self, obj: int, selector: int) -> list[int]:
+        """A property that is an array of UInt32 (object ids)."""
+        address = PropertyAddress(selector, SCOPE_GLOBAL, ELEMENT_MAIN)
+        size = ctypes.c_uint32(0)
+        status = self.lib.AudioObjectGetPropertyDataSize(
+            obj, ctypes.byref(address), 0, None, ctypes.byref(size)
+        )
+        if status != 0:
+            raise OSError(status, f"Core Audio property {selector:#x} of object {obj}")
+        values = self.read(obj, selector, (ctypes.c_uint32 * (size.value // 4))())
+        return [int(v) for v in values]
+
+    def string(self, obj: int, selector: int) -> str:
+        """A CFString property (the caller owns it: released here)."""
+        import objc
+
+        ref = self.read(obj, selector, ctypes.c_void_p())
+        if not ref.value:
+            raise OSError(0, f"Core Audio property {selector:#x} of object {obj} is empty")
+        try:
+            return str(objc.objc_object(c_void_p=ref.value))
+        finally:
+            self.cf.CFRelease(ref)
+
+    def tap_format(self, tap: int) -> StreamFormat:
+        return stream_format(self.read(tap, TAP_FORMAT, StreamDescription()))
+
+
+class ProcessTapStream(LoopbackStream):
+    backend = BACKEND
+    sample_format = "float32"
+
+    def __init__(self, device: InputDevice, ring_seconds: float = 20.0) -> None:
+        super().__init__(device, ring_seconds)
+        self._ca: Any = None
+        self._props: CoreAudioProperties | None = None
+        self._tap = 0
+        self._aggregate = 0
+        self._proc = None
+        self._format: StreamFormat | None = None
+        self._own = 0  # DeskScribe's process object (0: unknown)
+
+    def _open(self) -> None:
+        ca = self._ca = frameworks()
+        import dispatch
+
+        props = self._props = CoreAudioProperties()
+        try:
+            output_uid = props.string(props.uint(SYSTEM_OBJECT, DEFAULT_OUTPUT), DEVICE_UID)
+        except OSError as e:
+            raise CaptureDeviceError(
+                f"macOS reports no output device to record ({e}). Choose an output in System "
+                "Settings > Sound, or record system audio through BlackHole."
+            ) from None
+        own = []
+        with contextlib.suppress(OSError):  # unknown: DeskScribe's own sounds are recorded too
+            me = props.uint(SYSTEM_OBJECT, PID_TO_PROCESS, ctypes.c_int32(os.getpid()))
+            own = [me] if me else []
+            self._own = me
+        description = ca.CATapDescription.alloc().initStereoGlobalTapButExcludeProcesses_(own)
+        description.setName_("DeskScribe system audio")
+        description.setPrivate_(True)
+        description.setMuteBehavior_(getattr(ca, "CATapUnmuted", 0))
+        status, tap = ca.AudioHardwareCreateProcessTap(description, None)
+        self._check(status, "creating the system-audio tap")
+        self._tap = int(tap)
+        try:
+            self._format = props.tap_format(self._tap)
+            if self._format.channels < 1 or self._format.rate <= 0:
+                raise CaptureDeviceError(f"the tap reports {self._format}")
+            self._switched(self._format.rate, self._format.channels)
+            tap_uid = str(description.UUID().UUIDString())
+            status, aggregate = ca.AudioHardwareCreateAggregateDevice(
+                aggregate_description(output_uid, tap_uid), None
+            )
+            self._check(status, "creating the private capture device")
+            self._aggregate = int(aggregate)
+            queue = dispatch.dispatch_queue_create(b"deskscribe.process-tap", None)  # serial
+            status, proc = ca.AudioDeviceCreateIOProcIDWithBlock(
+                None, self._aggregate, queue, self._io
+            )
+            self._check(status, "attaching to the capture device")
+            self._proc = proc
+            self._check(ca.AudioDeviceStart(self._aggregate, proc), "starting the capture")
+        except BaseException:
+            self._close()
+            raise
+
+    def _check(self, status: int, what: str) -> None:
+        if status:
+            raise CaptureDeviceError(
+                f"macOS refused {what} (Core Audio error {status}). Record system audio "
+                "through ScreenCaptureKit or BlackHole instead."
+            )
+
+    def _close(self) -> None:
+        ca = self._ca
+        if ca is None:
+            return
+        aggregate, proc, tap = self._aggregate, self._proc, self._tap
+        self._aggregate, self._proc, self._tap = 0, None, 0
+        if aggregate and proc is not None:
+            with contextlib.suppress(Exception):
+                ca.AudioDeviceStop(aggregate, proc)
+            with contextlib.suppress(Exception):
+                ca.AudioDeviceDestroyIOProcID(aggregate, proc)
+        if aggregate:
+            with contextlib.suppress(Exception):
+                ca.AudioHardwareDestroyAggregateDevice(aggregate)
+        if tap:
+            with contextlib.suppress(Exception):
+                ca.AudioHardwareDestroyProcessTap(tap)
+
+    def _playing(self) -> bool | None:
+        """Whether another process runs audio output now (None: cannot tell)."""
+        if self._props is None:
+            return None
+        others = [p for p in self._props.uints(SYSTEM_OBJECT, PROCESS_LIST) if p != self._own]
+        return any(self._props.uint(p, RUNNING_OUTPUT) for p in others)
+
+    # ------------------------------------------------------------ from the OS's queue
+
+    def _io(self, *args) -> None:
+        """The IO block: (now, input buffer list, input time, output list, output time).
+        Runs on a dispatch queue, where an escaping exception would abort the app."""
+        try:
+            if self._stopping or len(args) < 4:
+                return
+            buffers, fmt = args[-4], self._format
+            if buffers is None or fmt is None:
+                return
+            problem = frames_problem(fmt, buffers)
+            if problem is not None:
+                self._os_overflows += 1
+                self.error = self.error or (
+                    f"macOS sent system audio as {problem}. Record system audio through "
+                    "ScreenCaptureKit or BlackHole, and please report this."
+                )
+                return
+            frames = buffer_list_frames(buffers, bool(fmt.flags & NON_INTERLEAVED))
+            if not len(frames):
+                return
+            if frames.shape[1] != self._channels:
+                frames = np.repeat(downmix(frames)[:, None], self._channels, axis=1)
+            self._push(frames.reshape(-1))
+        except Exception as e:
+            self._os_overflows += 1
+            self.error = self.error or (
+                f"System audio from macOS could not be read ({e}). Your recording so far is "
+                "kept; record system audio through ScreenCaptureKit or BlackHole, and please "
+                "report this."
+            )
+
+
+def aggregate_description(output_uid: str, tap_uid: str) -> dict:
+    """The private aggregate device that reads the tap: clocked by the output the sound goes
+    to, the tap started with it and drift compensated (Core Audio's dictionary keys)."""
+    return {
+        "name": "DeskScribe system audio",
+        "uid": f"deskscribe-tap-{uuid.uuid4()}",
+        "master": output_uid,  # kAudioAggregateDeviceMainSubDeviceKey
+        "private": True,
+        "stacked": False,
+        "tapautostart": True,
+        "subdevices": [{"uid": output_uid}],
+        "taps": [{"uid": tap_uid, "drift": True}],
+    }
