@@ -237,10 +237,12 @@ def test_process_tap_stream_turns_buffer_lists_into_16k_mono(speech):
     stream._format = tap.StreamFormat(48000.0, 0x9, 2, 32)
     voice = soxr.resample(speech[: 16000 * 3], 16000, 48000).astype(np.float32)
     frames = np.stack([voice, voice], axis=1).reshape(-1)
+    mic = Buffer(np.full(512, 0.5, np.float32), 1)  # a headset's own input comes first
+    when = object()  # the output time: in/out for pyobjc, so the block must hand it back
     for i in range(0, len(frames), 512 * 2):  # 512-frame buffers, as Core Audio sends
-        stream._io(None, [Buffer(frames[i : i + 1024], 2)], None, [], None)
+        assert stream._io(None, [mic, Buffer(frames[i : i + 1024], 2)], None, [], when) is when
     stream._stopping = True
-    stream._io(None, [Buffer(frames[:1024], 2)], None, [], None)  # after Stop: ignored
+    assert stream._io(None, [Buffer(frames[:1024], 2)], None, [], when) is when  # ignored
     stream.stop()
     out = stream.read()
     assert stream.error is None and stream.overflows == 0
@@ -249,8 +251,22 @@ def test_process_tap_stream_turns_buffer_lists_into_16k_mono(speech):
     assert np.corrcoef(out[:n], speech[:n])[0, 1] > 0.99
     bad = tap.ProcessTapStream(tap.device())
     bad._format = tap.StreamFormat(48000.0, 0xC, 2, 16)  # 16-bit integers: refused, said
-    bad._io(None, [Buffer(frames[:1024], 2)], None, [], None)
+    assert bad._io(None, [Buffer(frames[:1024], 2)], None, [], when) is when
     assert "16-bit" in bad.error and bad.overflows == 1
+    broken = tap.ProcessTapStream(tap.device())
+    broken._format = stream._format
+    assert broken._io(None, [object()], None, [], when) is when  # never raises into macOS
+    assert "could not be read" in broken.error
+
+
+def test_process_tap_takes_only_the_taps_buffers():
+    from deskscribe.audio.loopback import processtap as tap
+
+    listed = ["mic", "tap"]
+    assert tap.tap_buffers(listed, tap.StreamFormat(48000.0, 0x9, 2, 32)) == ["tap"]
+    planar = ["mic", "left", "right"]
+    assert tap.tap_buffers(planar, tap.StreamFormat(48000.0, 0x29, 2, 32)) == ["left", "right"]
+    assert tap.tap_buffers([], tap.StreamFormat(48000.0, 0x9, 2, 32)) == []
 
 
 def test_screencapturekit_without_pyobjc_says_what_to_install():

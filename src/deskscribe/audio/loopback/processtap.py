@@ -19,6 +19,13 @@ How it records:
 4. an IO block on a serial dispatch queue hands each buffer list's float32 samples to
    `LoopbackStream._push`; teardown in reverse order (stop, IO proc, aggregate, tap).
 
+Two pyobjc conventions that decide whether it works at all (found by review of pyobjc-core's
+sources and pyobjc's own CoreAudio tests, not on a Mac): the block's last argument (the
+output time) is in/out, so the Python block must return it on every path (returning None
+makes pyobjc raise inside Core Audio's thread, which aborts the app); and the IO proc id
+comes back as an opaque pointer that pyobjc cannot pass back (``^?``), so starting,
+stopping and destroying it go through ctypes.
+
 Permission: macOS asks once (``NSAudioCaptureUsageDescription``, in installers/macos/
 Info.plist). Refused, the tap delivers exact zeros and no error: `SilenceWatch` turns that
 into the steps to allow it. "Something plays" is another process running audio output
@@ -32,6 +39,7 @@ import contextlib
 import ctypes
 import os
 import uuid
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,6 +72,8 @@ PROCESS_LIST = fourcc("prs#")  # kAudioHardwarePropertyProcessObjectList (macOS 
 RUNNING_OUTPUT = fourcc("piro")  # kAudioProcessPropertyIsRunningOutput
 PID_TO_PROCESS = fourcc("id2p")  # kAudioHardwarePropertyTranslatePIDToProcessObject
 TAP_FORMAT = fourcc("tfmt")  # kAudioTapPropertyFormat
+TAP_UID = fourcc("tuid")  # kAudioTapPropertyUID
+NOMINAL_RATE = fourcc("nsrt")  # kAudioDevicePropertyNominalSampleRate
 
 
 class PropertyAddress(ctypes.Structure):
@@ -123,6 +133,16 @@ def device() -> InputDevice:
     )
 
 
+def tap_buffers(buffers: Sequence, fmt: StreamFormat) -> list:
+    """The tap's buffers of an aggregate device's input list: the last ones (one when
+    interleaved, one per channel when not). The output device is the aggregate's clock, and
+    when it has inputs of its own (a USB headset) their streams come first: mixing those in
+    would record the microphone as system audio."""
+    n = max(1, fmt.channels) if fmt.flags & NON_INTERLEAVED else 1
+    count = len(buffers)
+    return [buffers[i] for i in range(max(0, count - n), count)]
+
+
 def buffer_list_frames(buffers: Sequence, planar_flag: bool) -> np.ndarray:
     """(frames, channels) float32 from one AudioBufferList as pyobjc hands it to the IO
     block: a single buffer of interleaved frames (``mNumberChannels`` each), or, when the
@@ -169,6 +189,9 @@ class CoreAudioProperties:
         get.restype = ctypes.c_int32
         get.argtypes = [ctypes.c_uint32, ctypes.POINTER(PropertyAddress), ctypes.c_uint32,
                         ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p]  # fmt: skip
+        for name in ("AudioDeviceStart", "AudioDeviceStop", "AudioDeviceDestroyIOProcID"):
+            fn = getattr(self.lib, name)  # (AudioObjectID, AudioDeviceIOProcID) -> OSStatus
+            fn.restype, fn.argtypes = ctypes.c_int32, [ctypes.c_uint32, ctypes.c_void_p]
         size = self.lib.AudioObjectGetPropertyDataSize
         size.restype = ctypes.c_int32
         size.argtypes = [ctypes.c_uint32, ctypes.POINTER(PropertyAddress), ctypes.c_uint32,
@@ -202,8 +225,14 @@ class CoreAudioProperties:
         )
         if status != 0:
             raise OSError(status, f"Core Audio property {selector:#x} of object {obj}")
-        values = self.read(obj, selector, (ctypes.c_uint32 * (size.value // 4))())
-        return [int(v) for v in values]
+        values = (ctypes.c_uint32 * (size.value // 4))()
+        address_size = ctypes.c_uint32(ctypes.sizeof(values))
+        status = self.lib.AudioObjectGetPropertyData(
+            obj, ctypes.byref(address), 0, None, ctypes.byref(address_size), ctypes.byref(values)
+        )
+        if status != 0:
+            raise OSError(status, f"Core Audio property {selector:#x} of object {obj}")
+        return [int(v) for v in values[: address_size.value // 4]]  # it may have shrunk
 
     def string(self, obj: int, selector: int) -> str:
         """A CFString property (the caller owns it: released here)."""
@@ -220,6 +249,14 @@ class CoreAudioProperties:
     def tap_format(self, tap: int) -> StreamFormat:
         return stream_format(self.read(tap, TAP_FORMAT, StreamDescription()))
 
+    def rate(self, device: int) -> float:
+        return float(self.read(device, NOMINAL_RATE, ctypes.c_double()).value)
+
+    def device_call(self, name: str, device: int, proc) -> int:
+        """AudioDeviceStart / Stop / DestroyIOProcID with pyobjc's opaque proc id."""
+        pointer = getattr(proc, "pointerAsInteger", proc)
+        return int(getattr(self.lib, name)(device, ctypes.c_void_p(pointer)))
+
 
 class ProcessTapStream(LoopbackStream):
     backend = BACKEND
@@ -232,6 +269,7 @@ class ProcessTapStream(LoopbackStream):
         self._tap = 0
         self._aggregate = 0
         self._proc = None
+        self._queue = None  # kept referenced while the IO block may run on it
         self._format: StreamFormat | None = None
         self._own = 0  # DeskScribe's process object (0: unknown)
 
@@ -264,19 +302,32 @@ class ProcessTapStream(LoopbackStream):
             if self._format.channels < 1 or self._format.rate <= 0:
                 raise CaptureDeviceError(f"the tap reports {self._format}")
             self._switched(self._format.rate, self._format.channels)
-            tap_uid = str(description.UUID().UUIDString())
+            try:
+                tap_uid = props.string(self._tap, TAP_UID)
+            except OSError:
+                tap_uid = str(description.UUID().UUIDString())
             status, aggregate = ca.AudioHardwareCreateAggregateDevice(
                 aggregate_description(output_uid, tap_uid), None
             )
             self._check(status, "creating the private capture device")
             self._aggregate = int(aggregate)
-            queue = dispatch.dispatch_queue_create(b"deskscribe.process-tap", None)  # serial
-            status, proc = ca.AudioDeviceCreateIOProcIDWithBlock(
-                None, self._aggregate, queue, self._io
-            )
+            with contextlib.suppress(OSError):  # the IO block runs at the aggregate's rate
+                rate = props.rate(self._aggregate)
+                if rate > 0 and rate != self._format.rate:
+                    self._format = self._format._replace(rate=rate)
+                    self._switched(rate, self._format.channels)
+            self._queue = dispatch.dispatch_queue_create(b"deskscribe.process-tap", None)
+            with warnings.catch_warnings():  # pyobjc warns that the proc id is opaque: it is
+                warnings.simplefilter("ignore")
+                status, proc = ca.AudioDeviceCreateIOProcIDWithBlock(
+                    None, self._aggregate, self._queue, self._io
+                )
             self._check(status, "attaching to the capture device")
             self._proc = proc
-            self._check(ca.AudioDeviceStart(self._aggregate, proc), "starting the capture")
+            self._check(
+                props.device_call("AudioDeviceStart", self._aggregate, proc),
+                "starting the capture",
+            )
         except BaseException:
             self._close()
             raise
@@ -289,16 +340,16 @@ class ProcessTapStream(LoopbackStream):
             )
 
     def _close(self) -> None:
-        ca = self._ca
-        if ca is None:
+        ca, props = self._ca, self._props
+        if ca is None or props is None:
             return
         aggregate, proc, tap = self._aggregate, self._proc, self._tap
         self._aggregate, self._proc, self._tap = 0, None, 0
         if aggregate and proc is not None:
             with contextlib.suppress(Exception):
-                ca.AudioDeviceStop(aggregate, proc)
+                props.device_call("AudioDeviceStop", aggregate, proc)
             with contextlib.suppress(Exception):
-                ca.AudioDeviceDestroyIOProcID(aggregate, proc)
+                props.device_call("AudioDeviceDestroyIOProcID", aggregate, proc)
         if aggregate:
             with contextlib.suppress(Exception):
                 ca.AudioHardwareDestroyAggregateDevice(aggregate)
@@ -310,34 +361,21 @@ class ProcessTapStream(LoopbackStream):
         """Whether another process runs audio output now (None: cannot tell)."""
         if self._props is None:
             return None
-        others = [p for p in self._props.uints(SYSTEM_OBJECT, PROCESS_LIST) if p != self._own]
-        return any(self._props.uint(p, RUNNING_OUTPUT) for p in others)
+        for process in self._props.uints(SYSTEM_OBJECT, PROCESS_LIST):
+            if process == self._own:
+                continue
+            with contextlib.suppress(OSError):  # a process that just exited
+                if self._props.uint(process, RUNNING_OUTPUT):
+                    return True
+        return False
 
     # ------------------------------------------------------------ from the OS's queue
 
-    def _io(self, *args) -> None:
-        """The IO block: (now, input buffer list, input time, output list, output time).
-        Runs on a dispatch queue, where an escaping exception would abort the app."""
+    def _io(self, now, inputs, input_time, outputs, output_time):
+        """The IO block. The output time is in/out in pyobjc's metadata, so it is returned on
+        every path. Runs on a dispatch queue, where an escaping exception aborts the app."""
         try:
-            if self._stopping or len(args) < 4:
-                return
-            buffers, fmt = args[-4], self._format
-            if buffers is None or fmt is None:
-                return
-            problem = frames_problem(fmt, buffers)
-            if problem is not None:
-                self._os_overflows += 1
-                self.error = self.error or (
-                    f"macOS sent system audio as {problem}. Record system audio through "
-                    "ScreenCaptureKit or BlackHole, and please report this."
-                )
-                return
-            frames = buffer_list_frames(buffers, bool(fmt.flags & NON_INTERLEAVED))
-            if not len(frames):
-                return
-            if frames.shape[1] != self._channels:
-                frames = np.repeat(downmix(frames)[:, None], self._channels, axis=1)
-            self._push(frames.reshape(-1))
+            self._take(inputs)
         except Exception as e:
             self._os_overflows += 1
             self.error = self.error or (
@@ -345,6 +383,27 @@ class ProcessTapStream(LoopbackStream):
                 "kept; record system audio through ScreenCaptureKit or BlackHole, and please "
                 "report this."
             )
+        return output_time
+
+    def _take(self, inputs) -> None:
+        fmt = self._format
+        if self._stopping or inputs is None or fmt is None:
+            return
+        buffers = tap_buffers(inputs, fmt)
+        problem = frames_problem(fmt, buffers)
+        if problem is not None:
+            self._os_overflows += 1
+            self.error = self.error or (
+                f"macOS sent system audio as {problem}. Record system audio through "
+                "ScreenCaptureKit or BlackHole, and please report this."
+            )
+            return
+        frames = buffer_list_frames(buffers, bool(fmt.flags & NON_INTERLEAVED))
+        if not len(frames):
+            return
+        if frames.shape[1] != self._channels:
+            frames = np.repeat(downmix(frames)[:, None], self._channels, axis=1)
+        self._push(frames.reshape(-1))
 
 
 def aggregate_description(output_uid: str, tap_uid: str) -> dict:
