@@ -89,6 +89,22 @@ def test_ami_meetings_der_and_count(encoder, ami) -> None:
     assert within_one >= AMI_WITHIN_ONE, within_one
 
 
+def test_extra_clustering_windows_find_quiet_participants(encoder, ami) -> None:
+    """The option (off by default): windows at a 0.4 s hop clustered on their own, and a
+    voice only they find added. Measured: count within one on 7 of 11 (5 without), mean DER
+    0.332 (0.341 without); 6 leaves a clip for another CPU, and without the option it fails."""
+    opt = DiarizeOptions(cluster_hop_ratio=0.25)
+    ders, within_one = [], 0
+    for clip in ami.values():
+        result = diarize(clip["audio"], encoder, opt)
+        ders.append(bench.pyannote_der(clip["turns"], result.turns, clip["uem"])["der"])
+        found = len(_in_uem(result.turns, clip["uem"]))
+        within_one += abs(found - len(_in_uem(clip["turns"], clip["uem"]))) <= 1
+    print(f"within one {within_one} of 11, mean DER {np.mean(ders):.3f}")
+    assert within_one >= 6, within_one
+    assert np.mean(ders) <= AMI_MEAN_BOUND, ders
+
+
 def test_real_call_turns_and_words(tiny_model, encoder) -> None:
     """The phone call, scored on the exported turns and on the words users see (each word's
     span as a turn; pauses inside a turn are then unlabelled, so the words score worse).

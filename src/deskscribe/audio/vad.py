@@ -202,9 +202,16 @@ class SileroVAD:
 
 def speech_probabilities(audio: np.ndarray) -> np.ndarray:
     """Per-frame speech probabilities of a whole signal (last frame zero-padded), through
-    ``SequenceVAD``: the same figures as frame by frame, about twice as fast."""
+    ``SequenceVAD``: the same figures as frame by frame, about twice as fast.
+
+    Fed a minute at a time, so memory stays that of a minute whatever the length: one run
+    over a whole hour held its frames with their context, the encoder's features and the
+    LSTM's sequence at once (several hundred MiB more at the peak)."""
     vad = SequenceVAD()
-    return np.concatenate([vad.feed(audio), vad.finish()])
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    step = SequenceVAD.BATCH * FRAME
+    parts = [vad.feed(audio[i : i + step]) for i in range(0, audio.shape[0], step)]
+    return np.concatenate([*parts, vad.finish()])
 
 
 def regions_from_probabilities(
