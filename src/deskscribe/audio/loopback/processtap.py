@@ -48,10 +48,9 @@ import numpy as np
 from ..device_types import CaptureDeviceError, InputDevice
 from . import LoopbackStream
 from .formats import downmix, float_frames
-from .macos import PROCESS_TAP
 from .screencapturekit import NON_INTERLEAVED, StreamFormat, layout_problem, stream_format
 
-BACKEND = PROCESS_TAP
+BACKEND = "process-tap"  # macos.PROCESS_TAP (macos imports this module, not the reverse)
 CHANNELS = 2
 FALLBACK_RATE = 48000  # shown in the device list; the tap's own rate is read when it opens
 COREAUDIO = "/System/Library/Frameworks/CoreAudio.framework/CoreAudio"
