@@ -1,7 +1,8 @@
 """Live latency: speech played in real time through the real capture path, per-word delays.
 
     python bench/live_latency.py [--models tiny.en,base] [--variants int8,fp32] [--sentences 14]
-                                 [--cache bench/out] [--json bench/out/results/live_latency.json]
+                                 [--speakers off,on] [--cache bench/out]
+                                 [--json bench/out/results/live_latency.json]
 
 Starts a private PulseAudio server (the one the tests use, tests/pulse.py) with a null sink,
 plays an espeak-ng conversation into it with paplay in real time, and runs a real
@@ -11,7 +12,11 @@ system`` does. For every word of the reference it prints how long after the word
 text and as committed text; plus the final WER, the CPU load of the process and how far
 behind real time the transcriber fell (speech waiting to be decoded); the CPU use of the
 process as a share of the whole machine (average and peak of 0.5 s samples) and the time of
-each real decode pass (P50/P95/P99, passes that decoded nothing are not counted).
+each real decode pass (P50/P95/P99, passes that decoded nothing are not counted). With
+``--speakers on`` the session labels voices too (Resemblyzer, converted as bench/speakers.py
+does) and revises the labels while recording, as the app does when a speaker model is
+installed: the CPU columns then include the live labeller and the revision passes, whose
+count and summed time are printed.
 
 Peer anchor: whisper_streaming (Macháček et al., 2023) reports 3.3 s average latency for
 LocalAgreement-2 with large-v2 on a GPU. Targets on 2 cores (issue 15): tiny.en int8 average
@@ -129,6 +134,8 @@ class Watcher:
     def __init__(self) -> None:
         self.seen: list[tuple[float, str, str, float]] = []  # (wall, kind, key, stream start)
         self.behind: list[float] = []
+        self.revisions = 0
+        self.labels: set[str] = set()
         self.lock = threading.Lock()
 
     def __call__(self, event) -> None:
@@ -144,6 +151,10 @@ class Watcher:
                         self.seen.append((now, "committed", normalize(w.text), w.start))
             elif isinstance(event, Levels):
                 self.behind.append(event.behind)
+            elif type(event).__name__ == "Relabelled":
+                self.revisions += 1
+            if isinstance(event, TextUpdate):
+                self.labels |= {w.speaker for seg in event.segments for w in seg.words if w.speaker}
 
 
 def delays(watch: Watcher, ref: list, play_wall: float, offset: float) -> dict[str, list[float]]:
@@ -163,7 +174,14 @@ def delays(watch: Watcher, ref: list, play_wall: float, offset: float) -> dict[s
 
 
 def run_model(
-    name: str, folder: Path, wav: Path, ref_text: str, ref_words: list, pulse, pad: float | None
+    name: str,
+    folder: Path,
+    wav: Path,
+    ref_text: str,
+    ref_words: list,
+    pulse,
+    pad: float | None,
+    encoder=None,
 ) -> dict:
     from deskscribe.audio.decode import decode_audio
     from deskscribe.audio.devices import find_device
@@ -172,7 +190,7 @@ def run_model(
     from deskscribe.whisper.model import WhisperModel
     from deskscribe.whisper.streaming import StreamingOptions
 
-    sink = f"bench_{name} {pad}".replace(".", "_").replace(" ", "_")
+    sink = f"bench_{name} {pad} {encoder is not None}".replace(".", "_").replace(" ", "_")
     monitor = pulse.add_null_sink(sink)
     model = WhisperModel(folder, device="cpu")
     watch = Watcher()
@@ -184,6 +202,7 @@ def run_model(
             streaming=StreamingOptions(context_pad_seconds=pad),
         ),
         watch,
+        speaker_encoder=encoder,
     )
     decode_times = timed_decodes(session.transcriber)
     session.start()
@@ -206,7 +225,12 @@ def run_model(
     d = delays(watch, ref_words, play_wall, offset)
     hyp = " ".join(s.text for s in transcript.segments)
     return {
-        "model": name + ("" if pad is None else f", context +{pad:g} s"),
+        "model": name
+        + ("" if pad is None else f", context +{pad:g} s")
+        + ("" if encoder is None else ", speakers"),
+        "revisions": watch.revisions,
+        "revision_passes": [took for _, took in getattr(session.reviser, "passes", [])],
+        "labels": len(watch.labels),
         "wer": wer(ref_text, hyp),
         "text": hyp,  # to see which words a setting gets wrong
         "tentative": d["tentative"],
@@ -244,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         help="live passes' encoder context: seconds of silence after the buffer (none: 30 s "
         "windows); several, comma-separated, to compare",
     )
+    p.add_argument(
+        "--speakers",
+        default="off",
+        help="off, on, or off,on: live speaker labels and their revisions while recording",
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--sentences", type=int, default=len(SENTENCES))
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -273,10 +302,18 @@ def main(argv: list[str] | None = None) -> int:
         del ref_model
         print(f"conversation: {len(SENTENCES[: args.sentences])} sentences, {len(ref_words)} words")
         pads = [None if v == "none" else float(v) for v in args.context_pads.split(",")]
+        encoders = [None]
+        if "on" in args.speakers.split(","):
+            from deskscribe.speakers.encoder import SpeakerEncoder
+            from speakers import speaker_model
+
+            on = SpeakerEncoder(speaker_model(args.cache, None), "cpu")
+            encoders = [on] if args.speakers == "on" else [None, on]
         results = [
-            run_model(m, f, wav, ref_text, ref_words, pulse, pad)
+            run_model(m, f, wav, ref_text, ref_words, pulse, pad, encoder)
             for m, f in folders.items()
             for pad in pads
+            for encoder in encoders
         ]
     finally:
         pulse.stop()
@@ -295,6 +332,14 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['cpu_avg']:.0f} / {r['cpu_peak']:.0f} | {len(r['decode_ms'])} "
             f"| {percentiles(r['decode_ms'])} | {r['behind_max']:.2f} / {r['behind_p90']:.2f} |"
         )
+    for r in results:
+        if r["model"].endswith("speakers"):
+            took = r["revision_passes"]
+            print(
+                f"{r['model']}: {r['labels']} labels shown; {len(took)} revision passes, "
+                f"{sum(took):.2f} s in all (longest {max(took, default=0.0):.2f} s), "
+                f"{r['revisions']} changed labels on screen"
+            )
     print()
     print(
         "anchor: whisper_streaming (LocalAgreement-2, large-v2, GPU) reports 3.3 s average latency;"
