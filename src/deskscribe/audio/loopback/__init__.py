@@ -36,6 +36,29 @@ SAMPLE_RATE = 16000
 PLAYING_CHECK_S = 0.5  # how often to ask the OS whether anything plays
 
 
+def native_device(name: str, rate: float, backend: str, opens_with, channels: int = 2):
+    """The system-audio entry of a native backend: no PortAudio index, opened by its class."""
+    return InputDevice(
+        name=name,
+        kind="system",
+        index=None,
+        pulse_source=None,
+        channels=channels,
+        samplerate=float(rate),
+        backend=backend,
+        opens_with=opens_with,
+    )
+
+
+def importable(frameworks) -> bool:
+    """Whether a backend's ``frameworks()`` finds its libraries (it raises otherwise)."""
+    try:
+        frameworks()
+    except CaptureDeviceError:
+        return False
+    return True
+
+
 class LoopbackStream:
     """One native system-audio stream on `device`, read as 16 kHz mono float32."""
 

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..device_types import CaptureDeviceError, InputDevice
-from . import LoopbackStream
+from . import LoopbackStream, importable, native_device
 from .formats import downmix, float_frames
 from .screencapturekit import NON_INTERLEAVED, StreamFormat, layout_problem, stream_format
 
@@ -112,23 +112,12 @@ def frameworks() -> Any:
 
 
 def available() -> bool:
-    try:
-        frameworks()
-    except CaptureDeviceError:
-        return False
-    return True
+    return importable(frameworks)
 
 
 def device() -> InputDevice:
-    return InputDevice(
-        name="What this Mac plays (Core Audio tap)",
-        kind="system",
-        index=None,
-        pulse_source=None,
-        channels=CHANNELS,
-        samplerate=float(FALLBACK_RATE),
-        backend=BACKEND,
-        opens_with=ProcessTapStream,
+    return native_device(
+        "What this Mac plays (Core Audio tap)", FALLBACK_RATE, BACKEND, ProcessTapStream, CHANNELS
     )
 
 

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..device_types import CaptureDeviceError, InputDevice
-from . import LoopbackStream
+from . import LoopbackStream, importable, native_device
 from .formats import downmix, float_frames
 from .silence import permission_help
 
@@ -59,23 +59,12 @@ def frameworks() -> tuple[Any, Any, Any]:
 
 
 def available() -> bool:
-    try:
-        frameworks()
-    except CaptureDeviceError:
-        return False
-    return True
+    return importable(frameworks)
 
 
 def device() -> InputDevice:
-    return InputDevice(
-        name="What this Mac plays (ScreenCaptureKit)",
-        kind="system",
-        index=None,
-        pulse_source=None,
-        channels=CHANNELS,
-        samplerate=float(RATE),
-        backend=BACKEND,
-        opens_with=ScreenCaptureKitStream,
+    return native_device(
+        "What this Mac plays (ScreenCaptureKit)", RATE, BACKEND, ScreenCaptureKitStream, CHANNELS
     )
 
 
