@@ -36,12 +36,15 @@ SAMPLE_RATE = 16000
 PLAYING_CHECK_S = 0.5  # how often to ask the OS whether anything plays
 
 
-def native_device(name: str, rate: float, backend: str, opens_with, channels: int = 2):
-    """The system-audio entry of a native backend: no PortAudio index, opened by its class."""
+def native_device(
+    name: str, rate: float, backend: str, opens_with, channels: int = 2, index: int | None = None
+):
+    """The system-audio entry of a native backend, opened by its class (``index``: the
+    backend's own device index, when it has one)."""
     return InputDevice(
         name=name,
         kind="system",
-        index=None,
+        index=index,
         pulse_source=None,
         channels=channels,
         samplerate=float(rate),
@@ -181,6 +184,20 @@ class LoopbackStream:
             return
         self._blocks.append((frames, time.monotonic()))
         self._pushed += len(frames)
+
+    def _push_frames(self, frames: np.ndarray) -> None:
+        """From the OS thread: (frames, channels) float32 samples; another channel count than
+        the stream's (mono though stereo was asked) is downmixed and spread over its channels."""
+        if frames.shape[1] != self._channels:
+            frames = np.repeat(downmix(frames)[:, None], self._channels, axis=1)
+        self._push(frames.reshape(-1))
+
+    def _lost_block(self, message: str | None = None) -> None:
+        """From the OS thread: a block that could not be read counts as lost audio; the first
+        reason given is the stream's error."""
+        self._os_overflows += 1
+        if message is not None:
+            self.error = self.error or message
 
     def _switched(self, rate: float, channels: int) -> None:
         """Called by a backend between closing one OS stream and opening the next (another

@@ -47,12 +47,20 @@ import numpy as np
 
 from ..device_types import CaptureDeviceError, InputDevice
 from . import LoopbackStream, importable, native_device
-from .formats import downmix, float_frames
-from .screencapturekit import NON_INTERLEAVED, StreamFormat, layout_problem, stream_format
+from .formats import float_frames
+from .screencapturekit import (
+    NON_INTERLEAVED,
+    StreamFormat,
+    failure_message,
+    layout_message,
+    layout_problem,
+    stream_format,
+)
 
 BACKEND = "process-tap"  # macos.PROCESS_TAP (macos imports this module, not the reverse)
 CHANNELS = 2
 FALLBACK_RATE = 48000  # shown in the device list; the tap's own rate is read when it opens
+INSTEAD = "ScreenCaptureKit or BlackHole"  # what the user records through when the tap fails
 COREAUDIO = "/System/Library/Frameworks/CoreAudio.framework/CoreAudio"
 COREFOUNDATION = "/System/Library/Frameworks/CoreFoundation.framework/CoreFoundation"
 
@@ -189,6 +197,11 @@ class CoreAudioProperties:
     def read(self, obj: int, selector: int, value, qualifier=None):
         """Fill the ctypes ``value`` with property ``selector`` of ``obj``; OSError on a
         non-zero status."""
+        self._get(obj, selector, value, qualifier)
+        return value
+
+    def _get(self, obj: int, selector: int, value, qualifier=None) -> int:
+        """``read``'s call; the bytes Core Audio wrote."""
         address = PropertyAddress(selector, SCOPE_GLOBAL, ELEMENT_MAIN)
         size = ctypes.c_uint32(ctypes.sizeof(value))
         q_size, q_ptr = 0, None
@@ -197,9 +210,8 @@ class CoreAudioProperties:
         status = self.lib.AudioObjectGetPropertyData(
             obj, ctypes.byref(address), q_size, q_ptr, ctypes.byref(size), ctypes.byref(value)
         )
-        if status != 0:
-            raise OSError(status, f"Core Audio property {selector:#x} of object {obj}")
-        return value
+        _check_status(status, selector, obj)
+        return size.value
 
     def uint(self, obj: int, selector: int, qualifier=None) -> int:
         return int(self.read(obj, selector, ctypes.c_uint32(), qualifier).value)
@@ -211,16 +223,10 @@ class CoreAudioProperties:
         status = self.lib.AudioObjectGetPropertyDataSize(
             obj, ctypes.byref(address), 0, None, ctypes.byref(size)
         )
-        if status != 0:
-            raise OSError(status, f"Core Audio property {selector:#x} of object {obj}")
+        _check_status(status, selector, obj)
         values = (ctypes.c_uint32 * (size.value // 4))()
-        address_size = ctypes.c_uint32(ctypes.sizeof(values))
-        status = self.lib.AudioObjectGetPropertyData(
-            obj, ctypes.byref(address), 0, None, ctypes.byref(address_size), ctypes.byref(values)
-        )
-        if status != 0:
-            raise OSError(status, f"Core Audio property {selector:#x} of object {obj}")
-        return [int(v) for v in values[: address_size.value // 4]]  # it may have shrunk
+        written = self._get(obj, selector, values)
+        return [int(v) for v in values[: written // 4]]  # the list may have shrunk meanwhile
 
     def string(self, obj: int, selector: int) -> str:
         """A CFString property (the caller owns it: released here)."""
@@ -244,6 +250,11 @@ class CoreAudioProperties:
         """AudioDeviceStart / Stop / DestroyIOProcID with pyobjc's opaque proc id."""
         pointer = getattr(proc, "pointerAsInteger", proc)
         return int(getattr(self.lib, name)(device, ctypes.c_void_p(pointer)))
+
+
+def _check_status(status: int, selector: int, obj: int) -> None:
+    if status != 0:
+        raise OSError(status, f"Core Audio property {selector:#x} of object {obj}")
 
 
 class ProcessTapStream(LoopbackStream):
@@ -365,12 +376,7 @@ class ProcessTapStream(LoopbackStream):
         try:
             self._take(inputs)
         except Exception as e:
-            self._os_overflows += 1
-            self.error = self.error or (
-                f"System audio from macOS could not be read ({e}). Your recording so far is "
-                "kept; record system audio through ScreenCaptureKit or BlackHole, and please "
-                "report this."
-            )
+            self._lost_block(failure_message(e, INSTEAD))
         return output_time
 
     def _take(self, inputs) -> None:
@@ -380,18 +386,11 @@ class ProcessTapStream(LoopbackStream):
         buffers = tap_buffers(inputs, fmt)
         problem = frames_problem(fmt, buffers)
         if problem is not None:
-            self._os_overflows += 1
-            self.error = self.error or (
-                f"macOS sent system audio as {problem}. Record system audio through "
-                "ScreenCaptureKit or BlackHole, and please report this."
-            )
+            self._lost_block(layout_message(problem, INSTEAD))
             return
         frames = buffer_list_frames(buffers, bool(fmt.flags & NON_INTERLEAVED))
-        if not len(frames):
-            return
-        if frames.shape[1] != self._channels:
-            frames = np.repeat(downmix(frames)[:, None], self._channels, axis=1)
-        self._push(frames.reshape(-1))
+        if len(frames):
+            self._push_frames(frames)
 
 
 def aggregate_description(output_uid: str, tap_uid: str) -> dict:

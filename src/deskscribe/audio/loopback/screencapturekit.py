@@ -28,11 +28,9 @@ import functools
 import threading
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from ..device_types import CaptureDeviceError, InputDevice
 from . import LoopbackStream, importable, native_device
-from .formats import downmix, float_frames
+from .formats import float_frames
 from .silence import permission_help
 
 BACKEND = "screencapturekit"
@@ -100,6 +98,22 @@ def layout_problem(fmt: StreamFormat, length: int, frames: int, rate: float) -> 
     return None
 
 
+def layout_message(problem: str, instead: str) -> str:
+    """The error of a stream whose buffers come in a layout it cannot read."""
+    return (
+        f"macOS sent system audio as {problem}. Record system audio through {instead}, and "
+        "please report this."
+    )
+
+
+def failure_message(error: Exception, instead: str) -> str:
+    """The error of a stream whose buffer handler failed."""
+    return (
+        f"System audio from macOS could not be read ({error}). Your recording so far is kept; "
+        f"record system audio through {instead}, and please report this."
+    )
+
+
 def _completed(start, what: str) -> tuple:
     """Call ``start(handler)`` and wait for ScreenCaptureKit to call the handler; its
     arguments. CaptureDeviceError when it does not within WAIT_S."""
@@ -148,11 +162,7 @@ def _output_class():
             try:
                 owner._sample_buffer(buffer, kind)
             except Exception as e:
-                owner._os_overflows += 1
-                owner.error = owner.error or (
-                    f"System audio from macOS could not be read ({e}). Your recording so far "
-                    "is kept; record system audio through BlackHole, and please report this."
-                )
+                owner._lost_block(failure_message(e, "BlackHole"))
 
         def stream_didStopWithError_(self, stream, error) -> None:
             owner = getattr(self, "owner", None)
@@ -249,20 +259,15 @@ class ScreenCaptureKitStream(LoopbackStream):
         )
         problem = layout_problem(fmt, length, cm.CMSampleBufferGetNumSamples(buffer), self._rate)
         if problem is not None:
-            self._os_overflows += 1
-            self.error = self.error or (
-                f"macOS sent system audio as {problem}. Record system audio through "
-                "BlackHole, and please report this."
-            )
+            self._lost_block(layout_message(problem, "BlackHole"))
             return
         status, data = cm.CMBlockBufferCopyDataBytes(block, 0, length, None)
         if status != 0 or not data:
-            self._os_overflows += 1  # a buffer we could not read counts as lost
+            self._lost_block()
             return
-        frames = float_frames(bytes(data), fmt.channels, bool(fmt.flags & NON_INTERLEAVED))
-        if fmt.channels != self._channels:  # mono (or more) though stereo was asked: as stereo
-            frames = np.repeat(downmix(frames)[:, None], self._channels, axis=1)
-        self._push(frames.reshape(-1))
+        self._push_frames(
+            float_frames(bytes(data), fmt.channels, bool(fmt.flags & NON_INTERLEAVED))
+        )
 
     def _stopped_by_os(self, error) -> None:
         if not self._stopping:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..device_types import CaptureDeviceError, InputDevice
-from . import LoopbackStream
+from . import LoopbackStream, native_device
 
 LOOPBACK_SUFFIX = " [Loopback]"
 FOLLOW_CHECK_S = 1.0
@@ -93,15 +93,13 @@ def choose(listing: dict[str, Any]) -> list[Choice]:
 def devices_from(listing: dict[str, Any]) -> list[InputDevice]:
     """`choose` as InputDevices that `Capture` opens with `WasapiLoopback`."""
     return [
-        InputDevice(
-            name=c.name,
-            kind="system",
-            index=c.index,
-            pulse_source=None,
-            channels=c.channels,
-            samplerate=c.samplerate,
-            backend=f"{BACKEND}-default" if c.role == "default" else BACKEND,
-            opens_with=WasapiLoopback,
+        native_device(
+            c.name,
+            c.samplerate,
+            f"{BACKEND}-default" if c.role == "default" else BACKEND,
+            WasapiLoopback,
+            c.channels,
+            c.index,
         )
         for c in choose(listing)
     ]
