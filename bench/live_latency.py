@@ -139,7 +139,7 @@ class Watcher:
         self.lock = threading.Lock()
 
     def __call__(self, event) -> None:
-        from deskscribe.service.live import Levels, TextUpdate
+        from deskscribe.service.live import Levels, Relabelled, TextUpdate
 
         now = time.monotonic()
         with self.lock:
@@ -149,12 +149,12 @@ class Watcher:
                 for seg in event.segments:
                     for w in seg.words:
                         self.seen.append((now, "committed", normalize(w.text), w.start))
+                        if w.speaker:
+                            self.labels.add(w.speaker)
             elif isinstance(event, Levels):
                 self.behind.append(event.behind)
-            elif type(event).__name__ == "Relabelled":
+            elif isinstance(event, Relabelled):
                 self.revisions += 1
-            if isinstance(event, TextUpdate):
-                self.labels |= {w.speaker for seg in event.segments for w in seg.words if w.speaker}
 
 
 def delays(watch: Watcher, ref: list, play_wall: float, offset: float) -> dict[str, list[float]]:

@@ -121,8 +121,7 @@ class LiveTranscriptModel(QAbstractListModel):
         self.open_id = open_id
         self.tentative = "".join(w.text for w in tentative).strip()
         for seg in segments:
-            if seg.speaker and seg.speaker not in self.speakers:
-                self.speakers.append(seg.speaker)
+            self._note_speaker(seg)
             row = self._rows.get(seg.id)
             if row is None:
                 row = len(self.segments)
@@ -160,10 +159,13 @@ class LiveTranscriptModel(QAbstractListModel):
             row = self._rows.get(seg.id)
             if row is None or seg.id in self.edited_ids:
                 continue
-            if seg.speaker and seg.speaker not in self.speakers:
-                self.speakers.append(seg.speaker)
+            self._note_speaker(seg)
             self.segments[row] = seg
             self._changed(row)
+
+    def _note_speaker(self, seg: Segment) -> None:
+        if seg.speaker and seg.speaker not in self.speakers:
+            self.speakers.append(seg.speaker)
 
     def _changed(self, row: int) -> None:
         idx = self.index(row)

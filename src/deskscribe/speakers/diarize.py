@@ -214,7 +214,13 @@ def diarize(
     if not windows:
         return Diarization([], {})
     shown = len(windows)  # the windows frames take their speaker from; extra ones follow
-    if opt.cluster_hop_ratio is not None and opt.cluster_hop_ratio < opt.hop_ratio:
+    # The extra windows only look for voices beyond the usual clustering's: an asked-for count
+    # is met by that clustering alone, so they are not embedded then.
+    if (
+        opt.cluster_hop_ratio is not None
+        and opt.cluster_hop_ratio < opt.hop_ratio
+        and opt.num_speakers is None
+    ):
         fine = sliding_windows(regions, window, max(FRAME, int(window * opt.cluster_hop_ratio)))
         have = set(windows)
         windows = windows + [w for w in fine if w not in have]
@@ -327,8 +333,6 @@ def _add_voices(x, windows, opt: DiarizeOptions, paused, shown: int, labels, cen
     farther from every known one is a voice of its own, and the windows nearest to it take it. Voices found before keep their centroids, so
     their windows keep their labels (with the extra windows' centroids instead, the call's
     0.9 s "Neither did I." went to the turn before)."""
-    if opt.num_speakers is not None:  # an asked-for count was met by the first clustering
-        return labels
     _, more = _cluster(x, windows, opt, paused)
     far = np.ones(len(more), dtype=bool)
     far[np.argmax(centroids @ more.T, axis=1)] = False  # each known voice's own match
