@@ -124,6 +124,7 @@ class LiveSession(KeepingUp):
         self._done = threading.Event()
         self._threads: list[threading.Thread] = []
         self._reviser_thread: threading.Thread | None = None
+        self.refined = False  # whether the speaker pass at Stop relabelled the transcript
         self._fed = 0  # samples the transcriber has taken
         self._reason: str | None = None
         self._transcript: Transcript | None = None
@@ -356,10 +357,11 @@ class LiveSession(KeepingUp):
             if self._reviser_thread is not None:  # a revision must not land after the pass
                 self._reviser_thread.join(timeout=30)
             try:
-                if refine_speakers(
+                self.refined = refine_speakers(
                     self.store, self.transcript, self.labeller.encoder, self.folder,
                     self.tracks, self.recording.samples,
-                ):  # fmt: skip
+                )  # fmt: skip
+                if self.refined:
                     self._autosave()
             except Exception:  # the live labels and the autosaved text stay
                 log.exception("finishing the speaker labels failed")
