@@ -3,7 +3,8 @@ synthetic conversations.
 
     python bench/speakers.py [--whisper tiny.en|base] [--speaker-model FOLDER]
                              [--rotations 4] [--sets two,three,four,call,ami] [--sweep]
-                             [--calibrate] [--long MINUTES] [--threads N] [--cache bench/out]
+                             [--calibrate] [--long MINUTES] [--growing MINUTES]
+                             [--threads N] [--cache bench/out]
 
 Real sets: ``../shared/eval/ami`` (eleven 60 s AMI meeting clips, four people, far-field;
 only 0-30 s annotated, so scored on their UEM; diarization only, no word references) and
@@ -21,6 +22,10 @@ gets a measured threshold instead of a guess.
 ``--long 60`` diarizes an hour of real voices that come back minutes apart (the call and the
 annotated halves of four AMI clips, concatenated in a shuffled order) and prints the speaker
 count, DER next to the per-piece mean, time per audio minute and peak memory.
+
+``--growing 20`` runs the live revisions' pass over the same kind of recording as it grows,
+every minute, once from scratch and once keeping the VAD state and window embeddings of the
+passes before (``speakers.growing``): seconds per pass, speakers and DER both ways.
 
 Every DER here is pyannote.metrics' ``DiarizationErrorRate(collar=0.25, skip_overlap=False)``
 (overlapped speech scored), so the figures compare with published ones. Columns: DER of
@@ -304,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         "concatenated) instead: count, DER, time per audio minute, peak memory",
     )
     p.add_argument(
+        "--growing",
+        type=float,
+        metavar="MINUTES",
+        help="passes over a growing recording every minute, from scratch and keeping earlier "
+        "passes' work (the live label revisions): seconds per pass, speakers, DER",
+    )
+    p.add_argument(
         "--calibrate",
         action="store_true",
         help="measure the speaker model's clustering threshold on the dev sets and store it "
@@ -318,6 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     from deskscribe.whisper.model import WhisperModel
 
     cache = args.cache
+    if args.growing:
+        encoder = SpeakerEncoder(speaker_model(cache, args.speaker_model), "cpu", args.threads)
+        print(f"machine: {machine_line(args.threads)}")
+        print(f"speaker model: {encoder.name} ({encoder.kind}); diarization only\n")
+        from speakers_tools import measure_growing
+
+        measure_growing(args.growing, encoder)
+        return 0
     if args.long:
         encoder = SpeakerEncoder(speaker_model(cache, args.speaker_model), "cpu", args.threads)
         print(f"machine: {machine_line(args.threads)}")

@@ -27,6 +27,7 @@ from ..speakers.diarize import (
     transcribe_words,
 )
 from ..speakers.encoder import SpeakerEncoder, SpeakerModelError
+from ..speakers.growing import GrowingTrack
 from ..speakers.profiles import ProfileError, apply_profiles, match_threshold_for
 from ..transcript import Transcript
 
@@ -111,11 +112,16 @@ def label_recording(
     audio: np.ndarray,
     encoder: SpeakerEncoder,
     cancel: threading.Event | None = None,
+    growing: GrowingTrack | None = None,
 ) -> Transcript:
     """A copy of ``transcript`` (of 16 kHz ``audio``) with speakers from one offline pass over
     the whole recording, the known voices named (``DiarizationCancelled`` once ``cancel`` is
-    set)."""
-    turns = diarize(audio, encoder, cancel=cancel)
+    set). ``growing``: what earlier passes over the same recording computed (a live session's
+    revisions)."""
+    if growing is not None:
+        turns = growing.diarize(audio, cancel=cancel)
+    else:
+        turns = diarize(audio, encoder, cancel=cancel)
     labelled = assign_speakers(transcript, turns)
     name_known_voices(labelled, turns.centroids, encoder)
     return labelled

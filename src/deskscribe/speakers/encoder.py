@@ -138,10 +138,22 @@ class SpeakerEncoder:
         embeds = self.embed_windows(audio, windows)
         return _normalise(np.average(embeds, axis=0, weights=np.diff(bounds)))
 
+    def volume_gain(self, audio: np.ndarray) -> float:
+        """The gain ``embed_windows`` applies to ``audio`` before embedding it: Resemblyzer
+        normalises the volume of the whole recording (so a window's embedding depends a
+        little on the rest), WeSpeaker embeds the samples as they are (1.0)."""
+        return _gain(_mono(audio)) if self.kind == "resemblyzer" else 1.0
+
     def embed_windows(
-        self, audio: np.ndarray, windows: Sequence[tuple[int, int]], batch_size: int = 32
+        self,
+        audio: np.ndarray,
+        windows: Sequence[tuple[int, int]],
+        batch_size: int = 32,
+        *,
+        gain: float | None = None,
     ) -> np.ndarray:
-        """Embeddings ``[N, dim]`` of sample ranges ``(start, stop)`` of ``audio`` (16 kHz)."""
+        """Embeddings ``[N, dim]`` of sample ranges ``(start, stop)`` of ``audio`` (16 kHz);
+        ``gain``: the volume gain to use instead of ``volume_gain(audio)``."""
         audio = _mono(audio)
         clipped = []
         for start, stop in windows:
@@ -152,7 +164,8 @@ class SpeakerEncoder:
         if not clipped:
             return np.zeros((0, self.dim), np.float32)
         if self.kind == "resemblyzer":
-            return self._resemblyzer_windows(audio, clipped, batch_size)
+            gain = _gain(audio) if gain is None else gain
+            return self._resemblyzer_windows(audio, clipped, batch_size, gain)
         return self._wespeaker_windows(audio, clipped, batch_size)
 
     # ------------------------------------------------------------------ Resemblyzer
@@ -175,9 +188,9 @@ class SpeakerEncoder:
         return _normalise(self._run_mels(partials, len(partials)).mean(axis=0))
 
     def _resemblyzer_windows(
-        self, audio: np.ndarray, windows: list[tuple[int, int]], batch_size: int
+        self, audio: np.ndarray, windows: list[tuple[int, int]], batch_size: int, gain: float
     ) -> np.ndarray:
-        gain2 = np.float32(_gain(audio) ** 2)  # mel is a power: scale by the gain squared
+        gain2 = np.float32(gain**2)  # mel is a power: scale by the gain squared
         owners, sequences = [], []
         for i, (a, b) in enumerate(windows):
             for piece in self._partials(features.mel_power_span(audio, a, b)):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...audio.sessions import read_track
 from ...audio_format import SAMPLE_RATE
+from ...speakers.growing import GrowingTrack
 from ...speakers.online import YOU
 from ...transcript import SpeakerTurn, Transcript
 from ..speakers import label_recording
@@ -46,10 +47,11 @@ def refine_speakers(
     tracks: list[str],
     samples: int,
     budget: float = REFINE_BUDGET_SECONDS,
+    growing: GrowingTrack | None = None,
 ) -> bool:
     """Relabel ``store``'s transcript (``snapshot()`` gives it) from the recorded voices;
     whether it did. Any failure, or a pass past ``budget`` seconds, leaves the live labels
-    as they were."""
+    as they were. ``growing``: the revisions' VAD and embeddings of the same track."""
     voices = voices_track(tracks)
     if (
         encoder is None
@@ -68,9 +70,9 @@ def refine_speakers(
         transcript = snapshot()
         audio = read_track(folder, voices)
         if voices == "system":
-            refined = _label_beside_you(transcript, audio, encoder, cancel)
+            refined = _label_beside_you(transcript, audio, encoder, cancel, growing)
         else:
-            refined = label_recording(transcript, audio, encoder, cancel=cancel)
+            refined = label_recording(transcript, audio, encoder, cancel, growing)
     except Exception:  # the live labels stay; nothing is lost
         if cancel.is_set():
             log.warning("the speaker pass at Stop ran past %.0f s: live labels kept", budget)
@@ -83,7 +85,7 @@ def refine_speakers(
     return True
 
 
-def _label_beside_you(transcript: Transcript, audio, encoder, cancel) -> Transcript:
+def _label_beside_you(transcript: Transcript, audio, encoder, cancel, growing) -> Transcript:
     """Meeting mode: the words the system-audio track carried get its voices; "You" stays."""
     yours = [s for s in transcript.segments if s.speaker == YOU]
     others = dataclasses.replace(
@@ -91,7 +93,7 @@ def _label_beside_you(transcript: Transcript, audio, encoder, cancel) -> Transcr
         segments=[s for s in transcript.segments if s.speaker != YOU],
         speakers={k: v for k, v in transcript.speakers.items() if k != YOU},
     )
-    labelled = label_recording(others, audio, encoder, cancel=cancel)
+    labelled = label_recording(others, audio, encoder, cancel, growing)
     segments = sorted(yours + labelled.segments, key=lambda s: (s.start, s.end))
     for i, seg in enumerate(segments):
         seg.id = i

@@ -31,6 +31,7 @@ from ...audio.sessions import read_track
 from ...audio_format import SAMPLE_RATE
 from ...speakers.assign import assign_speakers
 from ...speakers.diarize import diarize
+from ...speakers.growing import GrowingTrack
 from ...speakers.online import YOU, LiveSpeakerLabeller
 from ...transcript import Segment, Transcript
 from .refine import REFINE_MAX_SECONDS, voices_track
@@ -76,14 +77,19 @@ def revise_labels(
     labeller: LiveSpeakerLabeller,
     weight: int,
     cancel: threading.Event | None = None,
+    growing: GrowingTrack | None = None,
 ) -> list[Segment]:
     """One revision: the offline pass over ``audio`` (the voices' track so far) labels the
     words of ``transcript`` (the store's snapshot); the store and the labeller take it. The
-    segments whose labels changed."""
+    segments whose labels changed. ``growing``: what earlier passes over the same track
+    computed (``speakers.growing``)."""
     others = [s for s in transcript.segments if s.speaker != YOU]
     if not others or audio.shape[0] < SAMPLE_RATE:
         return []
-    diarization = diarize(audio, labeller.encoder, cancel=cancel)
+    if growing is not None:
+        diarization = growing.diarize(audio, cancel=cancel)
+    else:
+        diarization = diarize(audio, labeller.encoder, cancel=cancel)
     if not diarization.turns:
         return []
     relabelled = assign_speakers(Transcript(segments=others), diarization)
@@ -121,6 +127,8 @@ class LabelReviser:
         self.recorded, self.allowed, self.on_revised = recorded, allowed, on_revised
         self.options = options or ReviseOptions()
         self.passes: list[tuple[float, float]] = []  # (seconds recorded, seconds it took)
+        # The VAD and window embeddings of earlier passes (the pass at Stop uses them too).
+        self.growing = GrowingTrack(labeller.encoder) if self.active else None
         self._newest = 0.0  # end of the newest committed segment the last pass saw
 
     @property
@@ -150,8 +158,9 @@ class LabelReviser:
             try:
                 audio = read_track(folder, self.track)
                 changed = revise_labels(
-                    self.store, transcript, audio, self.labeller, self.options.weight, stop
-                )
+                    self.store, transcript, audio, self.labeller, self.options.weight, stop,
+                    self.growing,
+                )  # fmt: skip
             except Exception:  # cancelled at Stop, or failed: the live labels stay
                 if not stop.is_set():
                     log.exception("revising the live speaker labels failed")

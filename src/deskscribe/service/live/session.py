@@ -359,7 +359,7 @@ class LiveSession(KeepingUp):
             try:
                 self.refined = refine_speakers(
                     self.store, self.transcript, self.labeller.encoder, self.folder,
-                    self.tracks, self.recording.samples,
+                    self.tracks, self.recording.samples, growing=self.reviser.growing,
                 )  # fmt: skip
                 if self.refined:
                     self._autosave()
