@@ -10,9 +10,12 @@ its words had), and the live labeller takes the offline voices as its centroids 
 committed next get the same labels. Meeting mode: the system-audio track's voices among
 themselves; "You" stays.
 
-The passes cost: the offline pass took 0.45-1.2 s per audio minute on 2 cores, so the time
-between passes grows with it (``share``: passes take at most that share of the time), and
-there is none while the session has stepped down to deferring labels (it is behind), nor past
+The passes cost: a pass from scratch took 0.45-1.2 s per audio minute on 2 cores, so with
+passes held to a share of the time (``share``) they drifted apart as a session grew (7.7 s
+at 20 minutes: one every 77 s). Each pass now keeps the VAD state and window embeddings of
+the ones before (``speakers.growing``) and pays for the new audio: 0.45 s at 20 minutes, the
+same speakers (``bench/speakers.py --growing``); the pass at Stop uses them too. There is no
+pass while the session has stepped down to deferring labels (it is behind), nor past
 ``REFINE_MAX_SECONDS``. Stop cancels a pass in progress; the pass at Stop (``refine``) has the
 last word.
 """
