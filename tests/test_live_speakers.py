@@ -29,6 +29,7 @@ from deskscribe.service.live.refine import refine_speakers
 from deskscribe.service.live.store import TranscriptStore
 from deskscribe.speakers.diarize import diarize
 from deskscribe.speakers.encoder import SpeakerEncoder
+from deskscribe.speakers.growing import GrowingTrack
 from deskscribe.speakers.metrics import der, word_accuracy
 from deskscribe.speakers.online import LiveSpeakerLabeller
 from deskscribe.speakers.profiles import save_profile
@@ -299,6 +300,21 @@ def test_a_session_over_20_minutes_is_refined_at_stop_within_its_budget(
     assert {w.speaker for s in refined for w in s.words if w.start < 31} == {
         w.speaker for s in refined for w in s.words if w.start >= later
     }
+    # The revisions' passes ran while recording (here: one, 25 s into the second call): the
+    # pass at Stop starts from their VAD state and embeddings, embeds only windows reaching
+    # into the last 5 s, and labels every word as the pass from scratch did.
+    growing = GrowingTrack(encoder)
+    growing.diarize(audio[: int((later + 25) * SR)])
+    before = growing.encoder.embedded
+    store.replace(Transcript(segments=first + shifted(call_words, later, len(first))))
+    assert refine_speakers(*args, growing=growing)
+    reach = int((later + 25 - encoder.window_seconds) * SR)
+    assert growing.encoder.regained == 0
+    new = growing.encoder.embedded - before
+    assert 0 < new <= sum(b > reach for _, b in growing.encoder._kept), new
+    assert [w.speaker for s in snapshot().segments for w in s.words] == [
+        w.speaker for s in refined for w in s.words
+    ]
 
 
 def shown_live(events) -> dict:
