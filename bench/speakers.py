@@ -330,21 +330,16 @@ def main(argv: list[str] | None = None) -> int:
     from deskscribe.whisper.model import WhisperModel
 
     cache = args.cache
-    if args.growing:
+    if args.growing or args.long:
         encoder = SpeakerEncoder(speaker_model(cache, args.speaker_model), "cpu", args.threads)
         print(f"machine: {machine_line(args.threads)}")
         print(f"speaker model: {encoder.name} ({encoder.kind}); diarization only\n")
-        from speakers_tools import measure_growing
+        import speakers_tools
 
-        measure_growing(args.growing, encoder)
-        return 0
-    if args.long:
-        encoder = SpeakerEncoder(speaker_model(cache, args.speaker_model), "cpu", args.threads)
-        print(f"machine: {machine_line(args.threads)}")
-        print(f"speaker model: {encoder.name} ({encoder.kind}); diarization only\n")
-        from speakers_tools import measure_long
-
-        measure_long(args.long, encoder)
+        if args.growing:
+            speakers_tools.measure_growing(args.growing, encoder)
+        else:
+            speakers_tools.measure_long(args.long, encoder)
         return 0
     if args.calibrate:
         folder = speaker_model(cache, args.speaker_model)
