@@ -135,8 +135,12 @@ def test_three_voices_get_three_stable_labels_live(
     assert 3 <= len(live_labels) <= 4, live_labels
     assert live_accuracy >= 0.8, live_accuracy
     assert live_der.rate("confusion") <= 0.2, parts(live_der)
-    # The pass at Stop sees the whole session: as good as the offline file path.
+    # The pass at Stop sees the whole session: as good as the offline file path. It started
+    # from what the revisions computed (their VAD state and embeddings).
     assert session.refined
+    growing = session.reviser.growing
+    assert growing.seen == read_track(stopped.folder, "system").shape[0]
+    assert growing.encoder.reused > 0
     assert len(labels) == 3, labels
     assert accuracy >= 0.93, accuracy
     assert final_der.rate("confusion") <= 0.05, parts(final_der)

@@ -142,7 +142,8 @@ class SequenceVAD:
         n = self.pending.shape[0] // FRAME
         if n == 0:
             return np.zeros(0, dtype=np.float32)
-        audio, self.pending = self.pending[: n * FRAME], self.pending[n * FRAME :]
+        audio = self.pending[: n * FRAME]
+        self.pending = self.pending[n * FRAME :].copy()  # not a view that keeps ``block`` alive
         return self._run(audio)
 
     def finish(self) -> np.ndarray:
