@@ -27,7 +27,7 @@ from ..speakers.diarize import (
     transcribe_words,
 )
 from ..speakers.encoder import SpeakerEncoder, SpeakerModelError
-from ..speakers.growing import GrowingTrack
+from ..speakers.growing import GrowingTrack, diarize_track
 from ..speakers.profiles import ProfileError, apply_profiles, match_threshold_for
 from ..transcript import Transcript
 
@@ -118,10 +118,7 @@ def label_recording(
     the whole recording, the known voices named (``DiarizationCancelled`` once ``cancel`` is
     set). ``growing``: what earlier passes over the same recording computed (a live session's
     revisions)."""
-    if growing is not None:
-        turns = growing.diarize(audio, cancel=cancel)
-    else:
-        turns = diarize(audio, encoder, cancel=cancel)
+    turns = diarize_track(audio, encoder, growing, cancel=cancel)
     labelled = assign_speakers(transcript, turns)
     name_known_voices(labelled, turns.centroids, encoder)
     return labelled

@@ -160,3 +160,11 @@ class GrowingTrack:
         return np.array_equal(audio[:seen:STRIDE], self._probe) and np.array_equal(
             audio[seen - self._last.shape[0] : seen], self._last
         )
+
+
+def diarize_track(audio: np.ndarray, encoder, growing: GrowingTrack | None, *, cancel=None):
+    """``diarize`` of a recording, through ``growing`` (what earlier passes over the same
+    growing track computed) when there is one."""
+    if growing is not None:
+        return growing.diarize(audio, cancel=cancel)
+    return diarize(audio, encoder, cancel=cancel)

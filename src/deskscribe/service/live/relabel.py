@@ -33,8 +33,7 @@ from pathlib import Path
 from ...audio.sessions import read_track
 from ...audio_format import SAMPLE_RATE
 from ...speakers.assign import assign_speakers
-from ...speakers.diarize import diarize
-from ...speakers.growing import GrowingTrack
+from ...speakers.growing import GrowingTrack, diarize_track
 from ...speakers.online import YOU, LiveSpeakerLabeller
 from ...transcript import Segment, Transcript
 from .refine import REFINE_MAX_SECONDS, voices_track
@@ -89,10 +88,7 @@ def revise_labels(
     others = [s for s in transcript.segments if s.speaker != YOU]
     if not others or audio.shape[0] < SAMPLE_RATE:
         return []
-    if growing is not None:
-        diarization = growing.diarize(audio, cancel=cancel)
-    else:
-        diarization = diarize(audio, labeller.encoder, cancel=cancel)
+    diarization = diarize_track(audio, labeller.encoder, growing, cancel=cancel)
     if not diarization.turns:
         return []
     relabelled = assign_speakers(Transcript(segments=others), diarization)
