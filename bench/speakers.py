@@ -3,7 +3,7 @@ synthetic conversations.
 
     python bench/speakers.py [--whisper tiny.en|base] [--speaker-model FOLDER]
                              [--rotations 4] [--sets two,three,four,call,ami] [--sweep]
-                             [--calibrate] [--long MINUTES] [--growing MINUTES]
+                             [--calibrate] [--long MINUTES] [--growing MINUTES] [--overlap]
                              [--threads N] [--cache bench/out]
 
 Real sets: ``../shared/eval/ami`` (eleven 60 s AMI meeting clips, four people, far-field;
@@ -26,6 +26,10 @@ count, DER next to the per-piece mean, time per audio minute and peak memory.
 ``--growing 20`` runs the live revisions' pass over the same kind of recording as it grows,
 every minute, once from scratch and once keeping the VAD state and window embeddings of the
 passes before (``speakers.growing``): seconds per pass, speakers and DER both ways.
+
+``--overlap`` asks whether the speaker model's windows can tell where two people speak at
+once on one track (the words' ``overlap`` flag is set only from meeting mode's two tracks
+today): ROC AUC and precision/recall of flagging windows whose two nearest voices are close.
 
 Every DER here is pyannote.metrics' ``DiarizationErrorRate(collar=0.25, skip_overlap=False)``
 (overlapped speech scored), so the figures compare with published ones. Columns: DER of
@@ -316,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         "passes' work (the live label revisions): seconds per pass, speakers, DER",
     )
     p.add_argument(
+        "--overlap",
+        action="store_true",
+        help="how well the speaker model's windows tell overlapped speech on one track (AMI "
+        "and the call): ROC AUC, precision and recall (diarization only)",
+    )
+    p.add_argument(
         "--calibrate",
         action="store_true",
         help="measure the speaker model's clustering threshold on the dev sets and store it "
@@ -330,13 +340,15 @@ def main(argv: list[str] | None = None) -> int:
     from deskscribe.whisper.model import WhisperModel
 
     cache = args.cache
-    if args.growing or args.long:
+    if args.growing or args.long or args.overlap:
         encoder = SpeakerEncoder(speaker_model(cache, args.speaker_model), "cpu", args.threads)
         print(f"machine: {machine_line(args.threads)}")
         print(f"speaker model: {encoder.name} ({encoder.kind}); diarization only\n")
         import speakers_tools
 
-        if args.growing:
+        if args.overlap:
+            speakers_tools.measure_overlap(encoder)
+        elif args.growing:
             speakers_tools.measure_growing(args.growing, encoder)
         else:
             speakers_tools.measure_long(args.long, encoder)
