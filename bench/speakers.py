@@ -4,6 +4,7 @@ synthetic conversations.
     python bench/speakers.py [--whisper tiny.en|base] [--speaker-model FOLDER]
                              [--rotations 4] [--sets two,three,four,call,ami] [--sweep]
                              [--calibrate] [--long MINUTES] [--growing MINUTES] [--overlap]
+                             [--live-replay]
                              [--threads N] [--cache bench/out]
 
 Real sets: ``../shared/eval/ami`` (eleven 60 s AMI meeting clips, four people, far-field;
@@ -26,6 +27,10 @@ count, DER next to the per-piece mean, time per audio minute and peak memory.
 ``--growing 20`` runs the live revisions' pass over the same kind of recording as it grows,
 every minute, once from scratch and once keeping the VAD state and window embeddings of the
 passes before (``speakers.growing``): seconds per pass, speakers and DER both ways.
+
+``--live-replay`` feeds each conversation's words to the live labeller in the batches a live
+session commits, with the label revisions at the session's pace, and prints word accuracy at
+commit, while recording and at the end (before the pass at Stop), with and without them.
 
 ``--overlap`` asks whether the speaker model's windows can tell where two people speak at
 once on one track (the words' ``overlap`` flag is set only from meeting mode's two tracks
@@ -326,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         "and the call): ROC AUC, precision and recall (diarization only)",
     )
     p.add_argument(
+        "--live-replay",
+        action="store_true",
+        help="live labels with their revisions, the words committed in the batches a live "
+        "session commits (no sound device): word accuracy at commit, while recording, at the end",
+    )
+    p.add_argument(
         "--calibrate",
         action="store_true",
         help="measure the speaker model's clustering threshold on the dev sets and store it "
@@ -370,6 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     whisper = WhisperModel(folder, device="cpu", threads=args.threads)
     folder = speaker_model(cache, args.speaker_model)
     encoder = SpeakerEncoder(folder, "cpu", args.threads)
+    if args.live_replay:
+        from speakers_tools import measure_live_replay
+
+        print(f"machine: {machine_line(args.threads)}")
+        print(f"speaker model: {encoder.name} ({encoder.kind}); Whisper {args.whisper} fp32\n")
+        measure_live_replay(whisper, encoder, cache)
+        return 0
     names = args.sets.split(",")
     sets = load_sets([n for n in names if n != "ami"], args.rotations, cache)
     if "ami" in names:

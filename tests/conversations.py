@@ -303,3 +303,21 @@ def read_stm(path: Path) -> list[tuple[str, float, float, str]]:
         if len(f) >= 5 and not line.startswith(";;"):
             rows.append((f[2], float(f[3]), float(f[4]), f[5] if len(f) > 5 else ""))
     return rows
+
+
+def commit_batches(words: list, how: str, seed: int) -> list[list]:
+    """Words grouped as the live transcriber may commit them: whole speech regions (cut at
+    0.6 s of silence, as the VAD ends an utterance; such a region often holds the end of one
+    turn and the start of the next), runs of 1-12 words cut anywhere (a slow machine commits
+    more at once), or of 1-4 words (LocalAgreement on a fast one: a word or two per pass)."""
+    if how == "regions":
+        out: list[list] = [[]]
+        for w in words:
+            if out[-1] and w.start - out[-1][-1].end >= 0.6:
+                out.append([])
+            out[-1].append(w)
+        return out
+    rng = np.random.default_rng(seed)
+    most = 4 if how == "words" else 12
+    cuts = np.cumsum(rng.integers(1, most + 1, size=len(words)))
+    return [words[a:b] for a, b in zip(np.r_[0, cuts[:-1]], cuts, strict=True) if a < len(words)]
