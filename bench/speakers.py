@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"machine: {machine_line(args.threads)}")
         print(f"speaker model: {encoder.name} ({encoder.kind}); Whisper {args.whisper} fp32\n")
-        measure_live_replay(whisper, encoder, cache)
+        measure_live_replay(whisper, encoder, cache, "ami" in args.sets.split(","))
         return 0
     names = args.sets.split(",")
     sets = load_sets([n for n in names if n != "ami"], args.rotations, cache)

@@ -287,7 +287,7 @@ def _auc(score: np.ndarray, positive: np.ndarray) -> float:
 BATCHINGS = [("regions", 0), ("prefixes", 1), ("words", 1), ("words", 2)]
 
 
-def measure_live_replay(whisper, encoder, cache: Path) -> None:
+def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> None:
     """Live labels with the revisions, without a sound device: each conversation's words
     (Whisper, word timestamps) are fed to the live labeller in the batches a live session
     commits (``commit_batches``), with the audio heard up to 1 s past each batch, and the
@@ -297,7 +297,7 @@ def measure_live_replay(whisper, encoder, cache: Path) -> None:
     labels given at commit, of the shown labels averaged over the moments after each batch
     (what the window shows while recording), and of the shown labels at the end (before the
     pass at Stop); labels shown at the end; shown words whose label changed; the same without
-    revisions."""
+    revisions. ``ami``: the AMI clips too (their annotated 30 s; four far-field voices)."""
     from deskscribe.audio.decode import decode_audio
     from deskscribe.service.live.relabel import ReviseOptions, revise_labels
     from deskscribe.service.live.store import TranscriptStore
@@ -346,10 +346,19 @@ def measure_live_replay(whisper, encoder, cache: Path) -> None:
         cases.append((f"{name} (espeak-ng)", conv.path, conv.audio, conv.turns))
     call = EVAL / "two-speakers.wav"
     cases.append(("call (real)", call, decode_audio(call), cv.read_rttm(call.with_suffix(".rttm"))))
+    for clip in ami_clips(EVAL) if ami else []:  # the annotated span only (no word references)
+        lo, hi = clip["uem"]
+        audio = decode_audio(clip["path"])[int(lo * 16000) : int(hi * 16000)]
+        turns = [(max(a, lo) - lo, min(b, hi) - lo, w) for a, b, w in clip["turns"] if a < hi]
+        (cache / "ami-scored").mkdir(parents=True, exist_ok=True)
+        path = cv.write_wav(cache / "ami-scored" / f"{clip['name']}.wav", audio)
+        cases.append((f"ami {clip['name']}", path, audio, turns))
     rows = []
     for name, path, audio, turns in cases:
         t = transcribe_file(whisper, path, TranscribeOptions(language="en", word_timestamps=True))
         words = [(w.start, w.end, w.text) for s in t.segments for w in s.words]
+        if not words:
+            continue
         runs = [replay(audio, turns, words, how, seed, True) for how, seed in BATCHINGS]
         alone = [replay(audio, turns, words, how, seed, False) for how, seed in BATCHINGS]
 
