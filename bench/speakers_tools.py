@@ -20,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import conversations as cv
 from common import ami_clips, cpu_seconds, markdown_table, peak_rss_mb, pyannote_der
-from conversations import commit_batches
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
 
@@ -284,9 +283,6 @@ def _auc(score: np.ndarray, positive: np.ndarray) -> float:
     return float((ranks[positive].sum() - p * (p + 1) / 2) / max(1, p * n))
 
 
-BATCHINGS = [("regions", 0), ("prefixes", 1), ("words", 1), ("words", 2)]
-
-
 def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> None:
     """Live labels with the revisions, without a sound device: each conversation's words
     (Whisper, word timestamps) are fed to the live labeller in the batches a live session
@@ -299,46 +295,8 @@ def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> Non
     pass at Stop); labels shown at the end; shown words whose label changed; the same without
     revisions. ``ami``: the AMI clips too (their annotated 30 s; four far-field voices)."""
     from deskscribe.audio.decode import decode_audio
-    from deskscribe.service.live.relabel import ReviseOptions, revise_labels
-    from deskscribe.service.live.store import TranscriptStore
-    from deskscribe.speakers.growing import GrowingTrack
-    from deskscribe.speakers.metrics import word_accuracy
-    from deskscribe.speakers.online import LiveSpeakerLabeller
-    from deskscribe.transcript import Segment, Word
-    from deskscribe.whisper.streaming import StreamUpdate
     from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_file
-
-    def replay(audio, turns, words, how, seed, revise: bool):
-        opt = ReviseOptions()
-        labeller, store = LiveSpeakerLabeller(["system"], encoder), TranscriptStore()
-        growing = GrowingTrack(encoder)
-        fed, committed, moments, before, changed, last = 0, [], [], {}, 0, None
-        batches = commit_batches([Word(a, b, t) for a, b, t in words], how, seed)
-        for i, batch in enumerate(batches):
-            heard = min(len(audio), int((batch[-1].end + 1.0) * 16000))
-            if heard > fed:
-                labeller.add_audio({"system": audio[fed:heard]})
-                fed = heard
-            labeller.label(batch)
-            committed += [(w.start, w.end, w.speaker) for w in batch]
-            text = "".join(w.text for w in batch)
-            store.publish(StreamUpdate(segments=[Segment(
-                batch[0].start, batch[-1].end, text, words=list(batch), id=i,
-                speaker=batch[0].speaker)]))  # fmt: skip
-            at = fed / 16000
-            due = at >= (opt.first_seconds if last is None else last + opt.every_seconds)
-            if revise and due:
-                last = at
-                snap = store.snapshot(language="en", duration=at, source=None, model="")
-                revise_labels(store, snap, audio[:fed], labeller, opt.weight, None, growing)
-            shown = store.snapshot(language="en", duration=at, source=None, model="")
-            now = {(w.start, w.end): w.speaker for s in shown.segments for w in s.words}
-            changed += sum(1 for k, v in now.items() if k in before and before[k] != v)
-            before = now
-            moments.append(word_accuracy(turns, [(a, b, v) for (a, b), v in now.items()]))
-        end = [(a, b, v) for (a, b), v in before.items()]
-        return (word_accuracy(turns, committed), float(np.mean(moments)),
-                word_accuracy(turns, end), len(set(before.values())), changed)  # fmt: skip
+    from live_replay import BATCHINGS, replay_labels
 
     cases = []
     for name in ("two", "three", "four"):
@@ -359,17 +317,22 @@ def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> Non
         words = [(w.start, w.end, w.text) for s in t.segments for w in s.words]
         if not words:
             continue
-        runs = [replay(audio, turns, words, how, seed, True) for how, seed in BATCHINGS]
-        alone = [replay(audio, turns, words, how, seed, False) for how, seed in BATCHINGS]
+        runs, alone = (
+            [
+                replay_labels(encoder, audio, turns, words, how, seed, revise)
+                for how, seed in BATCHINGS
+            ]
+            for revise in (True, False)
+        )
 
         def span(values) -> str:
             return f"{np.mean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
         rows.append(
-            [name, span([r[0] for r in runs]), span([r[1] for r in runs]),
-             span([r[2] for r in runs]), "/".join(str(r[3]) for r in runs),
-             str(sum(r[4] for r in runs)), span([r[0] for r in alone]),
-             "/".join(str(r[3]) for r in alone)]
+            [name, span([r.at_commit for r in runs]), span([r.while_recording for r in runs]),
+             span([r.at_end for r in runs]), "/".join(str(r.labels) for r in runs),
+             str(sum(r.relabelled for r in runs)), span([r.at_commit for r in alone]),
+             "/".join(str(r.labels) for r in alone)]
         )  # fmt: skip
         print(f"  {rows[-1]}", file=sys.stderr)
     print(markdown_table(
