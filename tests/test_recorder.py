@@ -118,6 +118,39 @@ def test_round_trip_uneven_blocks_several_flac_chunks(data_dir: Path) -> None:
         rec.write("mic", sig[:10])
 
 
+def test_reading_a_growing_track_again_decodes_only_the_new_chunks(data_dir: Path) -> None:
+    """The live label revisions read the track recorded so far every few seconds; with a
+    ``decoded`` dict kept between reads, the FLAC chunks finished before are not decoded
+    again (at 20 minutes that was 0.5 s of every read), and what comes back is the same as a
+    plain read: the open .pcm chunk's newest samples included, a chunk finished since then
+    decoded from its new FLAC, and a chunk rewritten with other content (recovery) read anew."""
+    sig = signal(0, int(4.5 * SR))
+    decoded: dict = {}
+    with SessionRecorder(chunk_seconds=1.0) as rec:
+        folder = rec.folder
+        rec.write("mic", sig[: int(2.5 * SR)])
+        first = read_track(folder, "mic", decoded)
+        np.testing.assert_array_equal(first, read_track(folder, "mic"))
+        np.testing.assert_array_equal(first, q(sig[: int(2.5 * SR)]))
+        assert sorted(name for name, _ in decoded) == ["mic-000000.flac", "mic-000001.flac"]
+        kept = {k: v for k, v in decoded.items()}
+        rec.write("mic", sig[int(2.5 * SR) :])
+        second = read_track(folder, "mic", decoded)
+        np.testing.assert_array_equal(second, q(sig))
+        # The two chunks read before are the very arrays decoded then; the new ones were added.
+        assert all(decoded[k] is v for k, v in kept.items())
+        assert len(decoded) == 4
+    # A chunk file replaced with other samples (another size) is not taken from the dict.
+    chunk = folder / "mic-000001.flac"
+    chunk.unlink()
+    from deskscribe.audio.session_files import encode_flac
+
+    encode_flac([np.zeros(SR // 2, np.int16)], chunk, SR)
+    third = read_track(folder, "mic", decoded)
+    np.testing.assert_array_equal(third, read_track(folder, "mic"))
+    assert third.shape[0] == len(sig) - SR // 2 and not third[SR : SR + SR // 2].any()
+
+
 def _read_until(proc: subprocess.Popen, lines: list[str], pred) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

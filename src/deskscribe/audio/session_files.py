@@ -162,9 +162,13 @@ def created_at(folder: Path, journal: dict | None) -> datetime:
     return datetime.fromtimestamp(folder.stat().st_mtime).astimezone()
 
 
-def iter_track(folder: Path, track: str, known: dict[str, int]) -> Iterator[np.ndarray]:
+def iter_track(
+    folder: Path, track: str, known: dict[str, int], decoded: dict | None = None
+) -> Iterator[np.ndarray]:
     """The chunks of ``track`` in order as int16 arrays; a ``.pcm`` wins over its ``.flac``
-    (both exist only if we died between renaming the FLAC and deleting the raw file)."""
+    (both exist only if we died between renaming the FLAC and deleting the raw file).
+    ``decoded``: FLAC chunks decoded by earlier reads of the same track, by file name and
+    size, taken from it and added to it (a FLAC chunk is written once, whole, by a rename)."""
     for _, files in sorted(scan_chunks(folder).get(track, {}).items()):
         if "pcm" in files:
             try:
@@ -172,4 +176,16 @@ def iter_track(folder: Path, track: str, known: dict[str, int]) -> Iterator[np.n
                 continue
             except FileNotFoundError:  # a live recorder just finished this chunk as FLAC
                 files["flac"] = files["pcm"].with_suffix(".flac")
-        yield read_flac(files["flac"], known.get(files["flac"].name))
+        flac = files["flac"]
+        if decoded is None:
+            yield read_flac(flac, known.get(flac.name))
+            continue
+        try:
+            key = (flac.name, flac.stat().st_size)
+        except OSError:
+            key = None
+        if key is None or key not in decoded:
+            data = read_flac(flac, known.get(flac.name))
+            if key is not None:
+                decoded[key] = data
+        yield data if key is None or key not in decoded else decoded[key]

@@ -51,10 +51,12 @@ def refine_speakers(
     samples: int,
     budget: float = REFINE_BUDGET_SECONDS,
     growing: GrowingTrack | None = None,
+    decoded: dict | None = None,
 ) -> bool:
     """Relabel ``store``'s transcript (``snapshot()`` gives it) from the recorded voices;
     whether it did. Any failure, or a pass past ``budget`` seconds, leaves the live labels
-    as they were. ``growing``: the revisions' VAD and embeddings of the same track."""
+    as they were. ``growing``: the revisions' VAD and embeddings of the same track;
+    ``decoded``: the chunks they decoded (``read_track``)."""
     voices = voices_track(tracks)
     if (
         encoder is None
@@ -71,7 +73,7 @@ def refine_speakers(
     timer.start()
     try:
         transcript = snapshot()
-        audio = read_track(folder, voices)
+        audio = read_track(folder, voices, decoded)
         if voices == "system":
             refined = _label_beside_you(transcript, audio, encoder, cancel, growing)
         else:

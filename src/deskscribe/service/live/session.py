@@ -360,7 +360,9 @@ class LiveSession(KeepingUp):
                 self.refined = refine_speakers(
                     self.store, self.transcript, self.labeller.encoder, self.folder,
                     self.tracks, self.recording.samples, growing=self.reviser.growing,
+                    decoded=self.reviser.decoded,
                 )  # fmt: skip
+                self.reviser.decoded = {}  # held only while recording (115 MB per hour)
                 if self.refined:
                     self._autosave()
             except Exception:  # the live labels and the autosaved text stay
