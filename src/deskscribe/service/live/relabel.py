@@ -149,6 +149,7 @@ class LabelReviser:
         while not stop.wait(0.5):
             seconds = self.recorded() / SAMPLE_RATE
             if seconds > REFINE_MAX_SECONDS:
+                self.decoded = {}  # not read again: no pass at Stop either
                 return  # a track too long to read into memory (as at Stop)
             if not self._due(seconds) or not self.allowed() or not len(self.store):
                 continue
