@@ -29,12 +29,12 @@ every minute, once from scratch and once keeping the VAD state and window embedd
 passes before (``speakers.growing``): seconds per pass, speakers and DER both ways.
 
 ``--live-replay`` feeds each conversation's words to the live labeller in the batches a live
-session commits, with the label revisions at the session's pace, and prints word accuracy at
+session commits, with the label revisions at the session's spacing, and prints word accuracy at
 commit, while recording and at the end (before the pass at Stop), with and without them.
 
 ``--overlap`` asks whether the speaker model's windows can tell where two people speak at
-once on one track (the words' ``overlap`` flag is set only from meeting mode's two tracks
-today): ROC AUC and precision/recall of flagging windows whose two nearest voices are close.
+once on one track (the words' ``overlap`` flag is set only from split channels today):
+ROC AUC and precision/recall of flagging windows whose two nearest voices are close.
 
 Every DER here is pyannote.metrics' ``DiarizationErrorRate(collar=0.25, skip_overlap=False)``
 (overlapped speech scored), so the figures compare with published ones. Columns: DER of

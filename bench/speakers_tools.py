@@ -250,18 +250,19 @@ def measure_overlap(encoder) -> None:
         voices = np.array(list(found.centroids.values()), dtype=np.float64)
         voices /= np.linalg.norm(voices, axis=1, keepdims=True)
         win, hop = round(encoder.window_seconds * 16000), 6400
-        windows = [(a, a + win) for a in range(int(lo * 16000), int(hi * 16000) - win, hop)]
+        windows = [(a, a + win) for a in range(int(lo * 16000), int(hi * 16000) - win + 1, hop)]
         sims = np.sort(encoder.embed_windows(audio, windows) @ voices.T, axis=1)[:, ::-1]
         flags = []
         for (a, b), s in zip(windows, sims, strict=True):
             middle = (a + b) / 32000 + np.linspace(-0.4, 0.4, 9)
-            active = np.array([sum(t0 <= m < t1 for t0, t1, _ in turns) for m in middle])
+            active = np.array([len({w for t0, t1, w in turns if t0 <= m < t1}) for m in middle])
             if np.mean(active >= 1) >= 0.5:
                 flags.append(np.mean(active >= 2) >= 0.5)
                 second.append(s[1])
                 gap.append(s[0] - s[1])
         overlapped += flags
-        rows.append([name, str(len(found.centroids)), str(len(flags)), pct(np.mean(flags))])
+        share = pct(float(np.mean(flags))) if flags else "-"
+        rows.append([name, str(len(found.centroids)), str(len(flags)), share])
     y, second, gap = np.array(overlapped), np.array(second), np.array(gap)
     print(markdown_table(["clip", "voices found", "speech windows", "overlapped %"], rows))
     print(f"\nall: {len(y)} speech windows, {pct(y.mean())} % overlapped")
@@ -288,7 +289,7 @@ def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> Non
     (Whisper, word timestamps) are fed to the live labeller in the batches a live session
     commits (``commit_batches``), with the audio heard up to 1 s past each batch, and the
     revision pass (``revise_labels`` over a ``GrowingTrack`` and a ``TranscriptStore``) runs
-    on the audio so far at the session's pace (first after ``first_seconds``, then every
+    on the audio so far at the session's spacing (first after ``first_seconds``, then every
     ``every_seconds``). Printed per conversation, over the batchings: word accuracy of the
     labels given at commit, of the shown labels averaged over the moments after each batch
     (what the window shows while recording), and of the shown labels at the end (before the
@@ -307,7 +308,8 @@ def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> Non
     for clip in ami_clips(EVAL) if ami else []:  # the annotated span only (no word references)
         lo, hi = clip["uem"]
         audio = decode_audio(clip["path"])[int(lo * 16000) : int(hi * 16000)]
-        turns = [(max(a, lo) - lo, min(b, hi) - lo, w) for a, b, w in clip["turns"] if a < hi]
+        turns = [(max(a, lo) - lo, min(b, hi) - lo, w) for a, b, w in clip["turns"]
+                 if a < hi and b > lo]  # fmt: skip
         (cache / "ami-scored").mkdir(parents=True, exist_ok=True)
         path = cv.write_wav(cache / "ami-scored" / f"{clip['name']}.wav", audio)
         cases.append((f"ami {clip['name']}", path, audio, turns))

@@ -118,37 +118,61 @@ def test_round_trip_uneven_blocks_several_flac_chunks(data_dir: Path) -> None:
         rec.write("mic", sig[:10])
 
 
-def test_reading_a_growing_track_again_decodes_only_the_new_chunks(data_dir: Path) -> None:
+def test_reading_a_growing_track_again_decodes_only_the_new_chunks(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The live label revisions read the track recorded so far every few seconds; with a
     ``decoded`` dict kept between reads, the FLAC chunks finished before are not decoded
     again (at 20 minutes that was 0.5 s of every read), and what comes back is the same as a
-    plain read: the open .pcm chunk's newest samples included, a chunk finished since then
-    decoded from its new FLAC, and a chunk rewritten with other content (recovery) read anew."""
+    plain read: the open .pcm chunk's newest samples included, chunks finished since then
+    decoded from their FLAC, a chunk rewritten since read anew, and a chunk that failed to
+    decode once (a scanner holding it, a half-written copy) not kept as its silent stand-in."""
+    from deskscribe.audio import session_files
+
+    decodes: list[str] = []
+    real_decode = session_files.decode_flac
+
+    def counted(source, parts=None):
+        if isinstance(source, (str, Path)):  # reads of chunk files (not the recorder's check)
+            decodes.append(Path(source).name)
+        return real_decode(source, parts)
+
+    monkeypatch.setattr(session_files, "decode_flac", counted)
     sig = signal(0, int(4.5 * SR))
     decoded: dict = {}
     with SessionRecorder(chunk_seconds=1.0) as rec:
         folder = rec.folder
         rec.write("mic", sig[: int(2.5 * SR)])
         first = read_track(folder, "mic", decoded)
-        np.testing.assert_array_equal(first, read_track(folder, "mic"))
         np.testing.assert_array_equal(first, q(sig[: int(2.5 * SR)]))
-        assert sorted(name for name, _ in decoded) == ["mic-000000.flac", "mic-000001.flac"]
-        kept = {k: v for k, v in decoded.items()}
+        assert decodes == ["mic-000000.flac", "mic-000001.flac"]
         rec.write("mic", sig[int(2.5 * SR) :])
+        decodes.clear()
         second = read_track(folder, "mic", decoded)
         np.testing.assert_array_equal(second, q(sig))
-        # The two chunks read before are the very arrays decoded then; the new ones were added.
-        assert all(decoded[k] is v for k, v in kept.items())
-        assert len(decoded) == 4
-    # A chunk file replaced with other samples (another size) is not taken from the dict.
+        assert decodes == ["mic-000002.flac", "mic-000003.flac"]  # the new ones only
+    decodes.clear()
+    np.testing.assert_array_equal(read_track(folder, "mic", decoded), q(sig))
+    assert decodes == ["mic-000004.flac"]  # the last chunk, finished at close
+    # A chunk file replaced with other samples is read anew.
     chunk = folder / "mic-000001.flac"
+    original, stamp = chunk.read_bytes(), chunk.stat().st_mtime_ns
     chunk.unlink()
-    from deskscribe.audio.session_files import encode_flac
-
-    encode_flac([np.zeros(SR // 2, np.int16)], chunk, SR)
+    session_files.encode_flac([np.zeros(SR // 2, np.int16)], chunk, SR)
     third = read_track(folder, "mic", decoded)
     np.testing.assert_array_equal(third, read_track(folder, "mic"))
     assert third.shape[0] == len(sig) - SR // 2 and not third[SR : SR + SR // 2].any()
+    # A chunk that does not decode (to the length the journal has) is read as a plain read
+    # reads it, and not kept: once it reads again (same name, size and time), its samples
+    # come back.
+    later = stamp + 10**9  # a key not seen before, the same for both states below
+    chunk.write_bytes(b"\0" * len(original))
+    os.utime(chunk, ns=(later, later))
+    np.testing.assert_array_equal(read_track(folder, "mic", decoded), read_track(folder, "mic"))
+    assert not [k for k in decoded if k[2] == later]
+    chunk.write_bytes(original)
+    os.utime(chunk, ns=(later, later))
+    np.testing.assert_array_equal(read_track(folder, "mic", decoded), q(sig))
 
 
 def _read_until(proc: subprocess.Popen, lines: list[str], pred) -> None:

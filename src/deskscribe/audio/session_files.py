@@ -167,8 +167,9 @@ def iter_track(
 ) -> Iterator[np.ndarray]:
     """The chunks of ``track`` in order as int16 arrays; a ``.pcm`` wins over its ``.flac``
     (both exist only if we died between renaming the FLAC and deleting the raw file).
-    ``decoded``: FLAC chunks decoded by earlier reads of the same track, by file name and
-    size, taken from it and added to it (a FLAC chunk is written once, whole, by a rename)."""
+    ``decoded``: FLAC chunks decoded by earlier reads of the same track, by file name, size
+    and modification time, taken from it and added to it (a FLAC chunk is written once,
+    whole, by a rename), when the chunk has the length the journal recorded for it."""
     for _, files in sorted(scan_chunks(folder).get(track, {}).items()):
         if "pcm" in files:
             try:
@@ -177,15 +178,16 @@ def iter_track(
             except FileNotFoundError:  # a live recorder just finished this chunk as FLAC
                 files["flac"] = files["pcm"].with_suffix(".flac")
         flac = files["flac"]
-        if decoded is None:
-            yield read_flac(flac, known.get(flac.name))
-            continue
         try:
-            key = (flac.name, flac.stat().st_size)
+            stat = flac.stat()
+            key = (flac.name, stat.st_size, stat.st_mtime_ns)
         except OSError:
             key = None
-        if key is None or key not in decoded:
-            data = read_flac(flac, known.get(flac.name))
-            if key is not None:
-                decoded[key] = data
-        yield data if key is None or key not in decoded else decoded[key]
+        cached = None if decoded is None or key is None else decoded.get(key)
+        if cached is None:
+            cached = read_flac(flac, known.get(flac.name))
+            # Kept only when it has the length the journal recorded for it: a chunk that did
+            # not decode (or whose count the journal has not got yet) is read again next time.
+            if decoded is not None and key is not None and len(cached) == known.get(flac.name):
+                decoded[key] = cached
+        yield cached

@@ -362,12 +362,12 @@ class LiveSession(KeepingUp):
                     self.tracks, self.recording.samples, growing=self.reviser.growing,
                     decoded=self.reviser.decoded,
                 )  # fmt: skip
-                self.reviser.decoded = {}  # held only while recording (115 MB per hour)
                 if self.refined:
                     self._autosave()
             except Exception:  # the live labels and the autosaved text stay
                 log.exception("finishing the speaker labels failed")
         finally:
+            self.reviser.decoded = {}  # held only while recording (115 MB per hour)
             self._end()
 
     def _fail_to_start(self, exc: Exception) -> None:
