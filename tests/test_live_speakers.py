@@ -381,6 +381,59 @@ def test_the_real_call_gets_two_right_labels_before_stop(
     assert word_accuracy(reference, live) >= 0.8, live
 
 
+def test_double_talk_in_meeting_mode_is_marked_overlap(tiny_model, speech_dir):
+    """Meeting mode: recognition runs on the mix of the two tracks, so when the user and the
+    remote side talk at once there is one word stream. Each word goes to the louder track;
+    when the other track also held speech within 6 dB, the word is marked ``overlap`` (and
+    keeps the mark through the pass at Stop's relabelling). The user's sentence and the real
+    phone call, the call starting 2.5 s before the sentence ends."""
+    from deskscribe.speakers.assign import assign_speakers
+    from deskscribe.speakers.diarize import Turn
+    from deskscribe.speakers.online import YOU
+
+    you = load(espeak(TURN, speech_dir / "meeting-you.wav"))
+    call = load(EVAL / "two-speakers.wav")[int(6.5 * SR) : int(16 * SR)]  # its first turns
+    both_from, you_end = 0.5 + you.shape[0] / SR - 2.5, 0.5 + you.shape[0] / SR
+    n = int((both_from + call.shape[0] / SR + 0.5) * SR)
+    mic, system = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    mic[int(0.5 * SR) : int(0.5 * SR) + you.shape[0]] = you
+    system[int(both_from * SR) : int(both_from * SR) + call.shape[0]] = call
+    mix = write_wav(speech_dir / "double-talk-mix.wav", np.clip(mic + system, -1, 1))
+    transcript = transcribe_file(
+        tiny_model, mix, TranscribeOptions(language="en", word_timestamps=True)
+    )
+    words = [w for seg in transcript.segments for w in seg.words]
+    labeller = LiveSpeakerLabeller(["mic", "system"])
+    for i in range(0, n, SR // 2):  # as the recorder hands it over, both tracks in step
+        labeller.add_audio({"mic": mic[i : i + SR // 2], "system": system[i : i + SR // 2]})
+    labeller.label(words)
+    row = [(round(w.start, 2), w.text, w.speaker, w.overlap) for w in words]
+    print(f"both talk {both_from:.2f}-{you_end:.2f} s:", row)
+    alone = [w for w in words if w.end < both_from - 0.3 or w.start > you_end + 0.3]
+    during = [w for w in words if w.start >= both_from + 0.2 and w.end <= you_end - 0.2]
+    assert alone and during, row
+    assert not [w.text for w in alone if w.overlap], row  # one side talking: never marked
+    assert sum(w.overlap for w in during) >= len(during) / 2, row
+    assert {w.speaker for w in words if w.end < both_from - 0.3} == {YOU}, row
+    # Loudspeakers instead of a headset: the microphone hears the call 15 dB down. That is
+    # not the user talking: the call's words alone stay unmarked, and the double talk is
+    # still found.
+    leaky = LiveSpeakerLabeller(["mic", "system"])
+    heard = mic + np.float32(10 ** (-15 / 20)) * system
+    for i in range(0, n, SR // 2):
+        leaky.add_audio({"mic": heard[i : i + SR // 2], "system": system[i : i + SR // 2]})
+    copies = [dataclasses.replace(w, overlap=False) for w in words]
+    leaky.label(copies)
+    assert [w.speaker for w in copies] == [w.speaker for w in words]
+    assert not [w.text for w in copies if w.overlap and w.start > you_end + 0.3]
+    both = [c.overlap for c, w in zip(copies, words, strict=True) if w in during]
+    assert len(both) == len(during) and sum(both) >= len(during) / 2, both
+    # The pass at Stop gives the words new speakers; the mark stays.
+    relabelled = assign_speakers(transcript, [Turn(0.0, n / SR, "S1")])
+    marks = [w.overlap for seg in relabelled.segments for w in seg.words]
+    assert marks == [w.overlap for w in words]
+
+
 def test_meeting_mode_is_refined_at_stop_and_you_stays_you(
     pulse, tiny_model, speaker_model, speech_dir, data_dir, tmp_path
 ):

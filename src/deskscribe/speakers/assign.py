@@ -15,6 +15,7 @@ both parties' words; one diarized track gives each instant to one speaker.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import Protocol
@@ -56,7 +57,7 @@ def assign_speakers(transcript: Transcript, turns) -> Transcript:
             out.append(piece)
             continue
         words = [
-            Word(w.start, w.end, w.text, w.probability, _speaker_for(w.start, w.end, turn_list))
+            dataclasses.replace(w, speaker=_speaker_for(w.start, w.end, turn_list))
             for w in seg.words
         ]
         groups: list[list[Word]] = [[words[0]]]

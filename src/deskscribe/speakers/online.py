@@ -2,7 +2,11 @@
 
 Two hints, used together:
 - **the source.** In meeting mode the microphone and system audio are separate tracks. Each
-  word goes to the track that was louder while it was spoken: the microphone is "You";
+  word goes to the track that was louder while it was spoken: the microphone is "You". When
+  the other track held speech too (louder than ``SPEECH_FLOOR``; the microphone, which also
+  hears the loudspeakers, only within ``OVERLAP_DB`` of the system audio), both sides were
+  talking: the word is marked ``overlap`` (recognition runs on the mix, so double talk gives
+  one word stream, not both parties' words);
 - **the voice.** With a speaker encoder, system-audio words (or all words, with one source)
   are grouped into runs: words closer than ``run_gap`` seconds, cut after every sentence end
   (a turn change almost always falls there, and a commit often holds the end of one turn and
@@ -32,6 +36,8 @@ from ..transcript import Word
 from .cluster import OnlineClusterer, threshold_for
 
 ENERGY_FRAME = 320  # 20 ms: resolution of the per-track loudness used to attribute words
+OVERLAP_DB = 6.0  # the quieter track this close to the louder one: both were talking
+SPEECH_FLOOR = 10 ** (-50 / 10)  # mean square of speech (-50 dBFS); quieter is not a voice
 YOU, OTHERS = "You", "Others"
 
 
@@ -131,8 +137,23 @@ class LiveSpeakerLabeller:
         out = []
         for w in words:
             loudness = {t: span_energy(energy[t], w.start, w.end) for t in self.tracks}
-            out.append(max(loudness, key=loudness.__getitem__))
+            loudest = max(loudness, key=loudness.__getitem__)
+            out.append(loudest)
+            w.overlap = self._both_talking(loudness, loudest, w.end - w.start)
         return out
+
+    def _both_talking(self, loudness: dict[str, float], loudest: str, seconds: float) -> bool:
+        """Whether the track a word was not given to held speech of its own meanwhile. The
+        system-audio track carries only the remote side, so any speech there while the user
+        speaks is double talk; the microphone also hears the loudspeakers (quieter), so it
+        counts only within ``OVERLAP_DB`` of the system audio."""
+        frames = max(1.0, seconds * SAMPLE_RATE / ENERGY_FRAME)
+        for track, energy in loudness.items():
+            if track == loudest or energy / frames < SPEECH_FLOOR:
+                continue
+            if loudest == "mic" or energy >= loudness[loudest] * 10 ** (-OVERLAP_DB / 10):
+                return True
+        return False
 
     def _voice(self, track: str, run: list[Word]) -> str:
         start, end = run[0].start, run[-1].end
