@@ -178,16 +178,21 @@ def iter_track(
             except FileNotFoundError:  # a live recorder just finished this chunk as FLAC
                 files["flac"] = files["pcm"].with_suffix(".flac")
         flac = files["flac"]
-        try:
-            stat = flac.stat()
-            key = (flac.name, stat.st_size, stat.st_mtime_ns)
-        except OSError:
-            key = None
-        cached = None if decoded is None or key is None else decoded.get(key)
+        key = None if decoded is None else _chunk_key(flac)
+        cached = None if key is None else decoded.get(key)
         if cached is None:
             cached = read_flac(flac, known.get(flac.name))
             # Kept only when it has the length the journal recorded for it: a chunk that did
             # not decode (or whose count the journal has not got yet) is read again next time.
-            if decoded is not None and key is not None and len(cached) == known.get(flac.name):
+            if key is not None and len(cached) == known.get(flac.name):
                 decoded[key] = cached
         yield cached
+
+
+def _chunk_key(flac: Path) -> tuple | None:
+    """What identifies a finished chunk's content: its name, size and modification time."""
+    try:
+        stat = flac.stat()
+    except OSError:
+        return None
+    return (flac.name, stat.st_size, stat.st_mtime_ns)
