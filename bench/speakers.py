@@ -33,8 +33,9 @@ session commits, with the label revisions at the session's spacing, and prints w
 commit, while recording and at the end (before the pass at Stop), with and without them.
 
 ``--overlap`` asks whether the speaker model's windows can tell where two people speak at
-once on one track (the words' ``overlap`` flag is set only from split channels and meeting mode's tracks):
-ROC AUC and precision/recall of flagging windows whose two nearest voices are close.
+once on one track (the words' ``overlap`` flag is set only from split channels and meeting
+mode's tracks): ROC AUC and precision/recall of flagging windows whose two nearest voices
+are close.
 
 Every DER here is pyannote.metrics' ``DiarizationErrorRate(collar=0.25, skip_overlap=False)``
 (overlapped speech scored), so the figures compare with published ones. Columns: DER of

@@ -233,6 +233,8 @@ def measure_overlap(encoder) -> None:
     whose middle is mostly silence are left out). Printed: the share of overlapped windows,
     the ROC AUC of two scores (second-best cosine; a small gap between best and second) and
     the precision and recall of flagging the windows with the smallest gap."""
+    from sklearn.metrics import roc_auc_score
+
     from deskscribe.audio.decode import decode_audio
     from deskscribe.speakers.diarize import diarize
 
@@ -266,22 +268,14 @@ def measure_overlap(encoder) -> None:
     y, second, gap = np.array(overlapped), np.array(second), np.array(gap)
     print(markdown_table(["clip", "voices found", "speech windows", "overlapped %"], rows))
     print(f"\nall: {len(y)} speech windows, {pct(y.mean())} % overlapped")
-    print(f"ROC AUC: second-best cosine {_auc(second, y):.3f}; small best-second gap "
-          f"{_auc(-gap, y):.3f} (0.5 is chance)")  # fmt: skip
+    print(f"ROC AUC: second-best cosine {roc_auc_score(y, second):.3f}; small best-second "
+          f"gap {roc_auc_score(y, -gap):.3f} (0.5 is chance)")  # fmt: skip
     for share in (0.05, 0.1, 0.2):
         flagged = -gap >= np.quantile(-gap, 1 - share)
         print(
             f"flag the {share:.0%} with the smallest gap: precision {pct(y[flagged].mean())} %, "
             f"recall {pct(flagged[y].mean())} %"
         )
-
-
-def _auc(score: np.ndarray, positive: np.ndarray) -> float:
-    """ROC AUC of ``score`` for ``positive`` (Mann-Whitney; ties broken by order)."""
-    ranks = np.empty(len(score))
-    ranks[np.argsort(score, kind="stable")] = np.arange(1, len(score) + 1)
-    p, n = int(positive.sum()), int((~positive).sum())
-    return float((ranks[positive].sum() - p * (p + 1) / 2) / max(1, p * n))
 
 
 def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> None:
@@ -327,9 +321,6 @@ def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> Non
             for revise in (True, False)
         )
 
-        def span(values) -> str:
-            return f"{np.mean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
-
         rows.append(
             [name, span([r.at_commit for r in runs]), span([r.while_recording for r in runs]),
              span([r.at_end for r in runs]), "/".join(str(r.labels) for r in runs),
@@ -343,3 +334,8 @@ def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> Non
         rows,
     ))  # fmt: skip
     print(f"\nword accuracy, mean (lowest-highest) over the batchings {BATCHINGS}")
+
+
+def span(values) -> str:
+    """Mean (lowest-highest)."""
+    return f"{np.mean(values):.3f} ({min(values):.3f}-{max(values):.3f})"

@@ -1,6 +1,6 @@
 """Live speaker labels replayed without a sound device: a conversation's words fed to the live
 labeller in the batches a live session commits, with the label revisions at the session's
-pace. Shared by ``tests/test_live_speakers.py`` and ``bench/speakers.py --live-replay``."""
+spacing (without its limit on the share of time passes take). Shared by ``tests/test_live_speakers.py`` and ``bench/speakers.py --live-replay``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from conversations import commit_batches
 from deskscribe.service.live.relabel import ReviseOptions, revise_labels
-from deskscribe.service.live.store import TranscriptStore
+from deskscribe.service.live.store import TranscriptStore, word_key
 from deskscribe.speakers.growing import GrowingTrack
 from deskscribe.speakers.metrics import word_accuracy
 from deskscribe.speakers.online import LiveSpeakerLabeller
@@ -58,15 +58,20 @@ def replay_labels(encoder, audio, turns, words, how: str, seed: int, revise: boo
             snap = store.snapshot(language="en", duration=at, source=None, model="")
             revise_labels(store, snap, audio[:fed], labeller, opt.weight, None, growing)
         shown = store.snapshot(language="en", duration=at, source=None, model="")
-        now = {(w.start, w.end): w.speaker for s in shown.segments for w in s.words}
+        now = {word_key(w): w.speaker for s in shown.segments for w in s.words}
         changed += sum(1 for k, v in now.items() if k in before and before[k] != v)
         before = now
-        moments.append(word_accuracy(turns, [(a, b, v) for (a, b), v in now.items()]))
+        moments.append(word_accuracy(turns, _spans(now)))
     return Replayed(
         at_commit=word_accuracy(turns, committed),
         while_recording=float(np.mean(moments)),
-        at_end=word_accuracy(turns, [(a, b, v) for (a, b), v in before.items()]),
+        at_end=word_accuracy(turns, _spans(before)),
         labels=len(set(before.values())),
         relabelled=changed,
         passes=passes,
     )
+
+
+def _spans(labels: dict[tuple, str]) -> list[tuple[float, float, str]]:
+    """``(start, end, speaker)`` of words labelled by ``word_key``."""
+    return [(start, end, speaker) for (start, end, _), speaker in labels.items()]
