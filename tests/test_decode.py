@@ -15,8 +15,10 @@ import pytest
 from deskscribe.audio.decode import (
     SAMPLE_RATE,
     EmptyMediaError,
+    MediaChangedError,
     MediaError,
     MediaNotFoundError,
+    MediaTooLongError,
     NoAudioStreamError,
     UnsupportedMediaError,
     decode_audio,
@@ -107,6 +109,17 @@ def test_formats_decode_to_16k_mono(tmp_path, caplog, name, codecs, video, rate,
     ref_body = ref[round((LEAD + 0.1) * rate) : round((LEAD + TONE_S - 0.1) * rate)]
     assert rms_db(body) == pytest.approx(rms_db(ref_body), abs=1.5)
     assert not caplog.records, "a healthy file must decode without warnings (no false gaps)"
+
+    # Every one of these is a container an upload or a watched folder may be: the untrusted
+    # path opens it by content (a misleading name does not matter) and decodes the same.
+    disguised = path.rename(path.with_name("upload.bin"))
+    assert probe(disguised, untrusted=True).channels == ch
+    assert np.array_equal(decode_audio_untrusted(disguised), x)
+
+
+def decode_audio_untrusted(path: Path) -> np.ndarray:
+    with decode_blocks(path, 600.0, untrusted=True) as blocks:
+        return np.concatenate(list(blocks))
 
 
 def test_stereo_downmix_is_average_of_channels(tmp_path):
@@ -377,3 +390,105 @@ def test_bad_block_size(tmp_path):
     path = write_media(tmp_path / "x.wav", tone(0.1, 16000), 16000)
     with pytest.raises(ValueError):
         decode_blocks(path, block_seconds=0)
+
+
+# --- untrusted files: only real media, limits on what is decoded --------------------------
+
+
+def _playlist(path: Path, target: str) -> Path:
+    path.write_text(f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10.0,\n{target}\n"
+                    "#EXT-X-ENDLIST\n")  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative"])
+def test_a_playlist_cannot_make_the_untrusted_decoder_read_another_file(tmp_path, how):
+    """An uploaded HLS playlist naming a file elsewhere on the machine: FFmpeg's defaults
+    follow it (the attack), the untrusted path refuses the playlist itself."""
+    (tmp_path / "private").mkdir()
+    secret = write_media(tmp_path / "private" / "secret.flac", tone(2.0, 16000), 16000, "flac")
+    uploads = tmp_path / "server" / "uploads"
+    uploads.mkdir(parents=True)
+    target = str(secret) if how == "absolute" else "../../private/secret.flac"
+    playlist = _playlist(uploads / "upload.m3u8", target)
+    assert len(decode_audio(playlist)) == 2 * SAMPLE_RATE  # FFmpeg's defaults: followed
+    with pytest.raises(UnsupportedMediaError, match="playlists") as err:
+        decode_blocks(playlist, untrusted=True)
+    assert "secret" not in str(err.value)
+    with pytest.raises(UnsupportedMediaError, match="playlists"):
+        probe(playlist, untrusted=True)
+    # Without the name (how uploads are stored) FFmpeg does not take it for HLS at all.
+    with pytest.raises(UnsupportedMediaError):
+        decode_blocks(playlist.rename(uploads / "upload"), untrusted=True)
+
+
+def test_concat_lists_and_image_sequences_are_refused_when_untrusted(tmp_path):
+    wav = write_media(tmp_path / "a.wav", tone(1.0, 16000), 16000)
+    concat = tmp_path / "list.txt"
+    concat.write_text(f"ffconcat version 1.0\nfile '{wav.name}'\n")
+    assert len(decode_audio(concat)) == SAMPLE_RATE  # followed with FFmpeg's defaults
+    with pytest.raises(UnsupportedMediaError, match="playlists"):
+        decode_blocks(concat, untrusted=True)
+    text = tmp_path / "notes.wav"
+    text.write_text("not audio\n" * 50)
+    with pytest.raises(UnsupportedMediaError):
+        decode_blocks(text, untrusted=True)
+
+
+def _claims_one_second(path: Path) -> Path:
+    """A Matroska file whose header says 1 s while its blocks hold 5 s."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"\x44\x89\x88")  # Duration, an 8-byte float, in TimecodeScale units (ms)
+    assert at > 0
+    import struct
+
+    data[at + 3 : at + 11] = struct.pack(">d", 1000.0)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_limits_are_measured_on_the_decoded_audio_not_the_containers_claim(tmp_path):
+    path = _claims_one_second(write_media(tmp_path / "long.mkv", tone(5.0, 16000), 16000, "flac"))
+    assert probe(path, untrusted=True).duration == pytest.approx(1.0, abs=0.05)
+    with pytest.raises(MediaTooLongError, match=r"more than 2\.0 s") as err:
+        list(decode_blocks(path, 0.5, untrusted=True, max_seconds=2.0))
+    assert 2.0 < err.value.seconds <= 2.6  # decoding stopped at the limit, not at the end
+    x = np.concatenate(list(decode_blocks(path, 1.0, untrusted=True, max_seconds=10.0)))
+    assert len(x) == 5 * SAMPLE_RATE
+
+
+@pytest.mark.parametrize("change", ["truncated", "appended"])
+def test_a_file_changed_while_it_is_read_is_an_error_not_a_short_transcript(tmp_path, change):
+    path = write_media(tmp_path / "growing.wav", tone(6.0, 16000), 16000)
+    blocks = decode_blocks(path, block_seconds=1.0)
+    next(blocks)
+    data = path.read_bytes()
+    if change == "truncated":
+        path.write_bytes(data[: len(data) // 3])
+    else:
+        with open(path, "ab") as fh:
+            fh.write(b"\0" * 64000)
+    with pytest.raises(MediaChangedError, match="changed while it was being read"):
+        list(blocks)
+    assert len(decode_audio(path)) > 0  # read again once it is still: fine
+
+
+def test_transcode_writes_our_own_private_wav(tmp_path):
+    from deskscribe.audio.untrusted import safe_suffix, transcode
+
+    src = write_media(tmp_path / "in.m4a", source(44100, 2), 44100, pick_encoder("aac"))
+    dst = tmp_path / "out.wav"
+    seconds = transcode(src, dst, max_seconds=60)
+    assert seconds == pytest.approx(LEAD + TONE_S, abs=0.1)
+    assert probe(dst).codec == "pcm_s16le" and probe(dst).sample_rate == SAMPLE_RATE
+    assert np.abs(decode_audio(dst) - decode_audio(src)).max() < 1e-4
+    if os.name == "posix":
+        assert dst.stat().st_mode & 0o777 == 0o600
+    playlist = _playlist(tmp_path / "p.m3u8", str(src))
+    with pytest.raises(UnsupportedMediaError):
+        transcode(playlist, tmp_path / "refused.wav", max_seconds=60)
+    assert not (tmp_path / "refused.wav").exists()
+    with pytest.raises(MediaTooLongError):
+        transcode(src, tmp_path / "long.wav", max_seconds=1.0)
+    assert not (tmp_path / "long.wav").exists()
+    assert safe_suffix("talk.MP3") == ".mp3" and safe_suffix("x.m3u8") == safe_suffix(None) == ""

@@ -9,6 +9,14 @@ file fails before any work is queued behind it) and then yields blocks of about
 memory as a short clip. `decode_audio` joins the blocks for
 short clips and tests. `probe` reads only the headers.
 
+``untrusted=True`` is for files that come from someone else (server uploads, watched
+folders): only the audio/video containers in `SAFE_DEMUXERS` are opened, chosen by content,
+never a playlist, concat list or image sequence (those make FFmpeg open other files by the
+names inside them: an uploaded ``.m3u8`` naming ``/home/you/call.m4a`` would be transcribed),
+and ``max_seconds`` stops decoding at a limit measured on the decoded audio, not on the
+duration the container claims. A file the user picked on their own computer keeps FFmpeg's
+defaults.
+
 Every failure a user can act on is a `MediaError` subclass whose message names the file and
 says what to do; anything else coming out of this module is a bug.
 """
@@ -62,6 +70,30 @@ class EmptyMediaError(MediaError):
     """A zero-byte file, or one whose audio track holds no samples."""
 
 
+class MediaTooLongError(MediaError):
+    """More audio than ``max_seconds`` was decoded (the container's claim is not trusted)."""
+
+    def __init__(self, path: StrPath, message: str, seconds: float, max_seconds: float) -> None:
+        super().__init__(path, message)
+        self.seconds, self.max_seconds = seconds, max_seconds
+
+
+class MediaChangedError(MediaError):
+    """The file changed (was truncated, rewritten or still growing) while it was read."""
+
+
+# Demuxers an untrusted file may be opened with: containers that hold their own audio and
+# never open another file or URL. Matched by FFmpeg against the demuxer it probed from the
+# content ("mov" covers mp4/m4a/3gp, "matroska" webm). Not here, on purpose: hls, dash,
+# concat, image2 and other playlists or sequences, and raw formats that need parameters.
+SAFE_DEMUXERS = (
+    "wav", "w64", "flac", "mp3", "ogg", "matroska", "webm", "mov", "mp4", "aac", "ac3",
+    "eac3", "aiff", "caf", "amr", "amrnb", "amrwb", "asf", "avi", "mpeg", "mpegts", "flv",
+    "au", "wv", "ape", "tta", "mpc", "mpc8", "dts", "truehd", "mlp", "voc", "rm", "xwma",
+)  # fmt: skip
+_SAFE_OPTIONS = {"format_whitelist": ",".join(SAFE_DEMUXERS), "protocol_whitelist": "file"}
+
+
 class MediaInfo(NamedTuple):
     path: Path
     duration: float | None  # seconds; None when the container does not say
@@ -71,8 +103,11 @@ class MediaInfo(NamedTuple):
     has_video: bool  # a real video track (cover art pictures do not count)
 
 
-def _open(path: StrPath) -> tuple[av.container.InputContainer, av.audio.AudioStream]:
-    """Open `path` and find its first audio stream; the caller must close the container."""
+def _open(
+    path: StrPath, untrusted: bool = False
+) -> tuple[av.container.InputContainer, av.audio.AudioStream]:
+    """Open `path` and find its first audio stream; the caller must close the container.
+    ``untrusted``: only `SAFE_DEMUXERS` (see the module's docstring)."""
     p = Path(path)
     name = p.name or str(p)
     if p.is_dir():
@@ -91,13 +126,16 @@ def _open(path: StrPath) -> tuple[av.container.InputContainer, av.audio.AudioStr
         raise EmptyMediaError(
             p, f"'{name}' is empty (0 bytes). The recording or copy may have failed."
         )
+    options = dict(_SAFE_OPTIONS) if untrusted else None
     try:
-        container = av.open(str(p), mode="r", metadata_errors="ignore")
+        container = av.open(str(p), mode="r", metadata_errors="ignore", options=options)
     except PermissionError:
         raise MediaError(
             p, f"DeskScribe is not allowed to read '{name}'. Check the file's permissions."
         ) from None
     except (av.FFmpegError, OSError, UnicodeDecodeError) as e:
+        if untrusted and (isinstance(e, av.ArgumentError) or _playlist(p)):
+            raise _not_safe(p) from None  # ArgumentError: "Format not on whitelist"
         raise UnsupportedMediaError(
             p,
             f"'{name}' is not an audio or video file DeskScribe can read, or it is damaged or "
@@ -105,6 +143,8 @@ def _open(path: StrPath) -> tuple[av.container.InputContainer, av.audio.AudioStr
             "MP3 or MP4.",
         ) from None
     try:
+        if untrusted and not set(container.format.name.split(",")) & set(SAFE_DEMUXERS):
+            raise _not_safe(p)  # FFmpeg checked this already; a second lock costs nothing
         streams = container.streams.audio
         if not streams:
             raise NoAudioStreamError(
@@ -130,6 +170,26 @@ def _open(path: StrPath) -> tuple[av.container.InputContainer, av.audio.AudioStr
     return container, stream
 
 
+def _not_safe(p: Path) -> UnsupportedMediaError:
+    return UnsupportedMediaError(
+        p,
+        f"'{p.name}' is not an audio or video container DeskScribe reads from others: "
+        "playlists (.m3u8, .m3u), concat lists and image sequences are refused, because they "
+        "name other files. Send the recording itself (WAV, MP3, M4A, MP4, OGG, WebM, FLAC, …).",
+    )
+
+
+def _playlist(p: Path) -> bool:
+    """Whether the file starts like a playlist (FFmpeg takes an HLS one for HLS only by its
+    name, so a stored upload's fails as plain unreadable data: say what it is)."""
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(256).lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    except OSError:
+        return False
+    return head.startswith((b"#extm3u", b"ffconcat", b"[playlist]", b"<?xml", b"<mpd", b"file "))
+
+
 def _reason(e: BaseException) -> str:
     msg = getattr(e, "strerror", None) or str(e) or type(e).__name__
     return str(msg).rstrip(".")
@@ -150,9 +210,11 @@ def _info(
     return MediaInfo(Path(path), duration, cc.sample_rate, cc.channels, cc.name, has_video)
 
 
-def probe(path: StrPath) -> MediaInfo:
-    """Read the headers of `path` (nothing is decoded). Raises the `MediaError`s above."""
-    container, stream = _open(path)
+def probe(path: StrPath, *, untrusted: bool = False) -> MediaInfo:
+    """Read the headers of `path` (nothing is decoded). Raises the `MediaError`s above.
+    The duration is what the container says: for an untrusted file, a claim (the decoded
+    length is checked by `decode_blocks`' ``max_seconds``)."""
+    container, stream = _open(path, untrusted)
     with container:
         return _info(path, container, stream)
 
@@ -165,13 +227,22 @@ class AudioBlocks(Iterator[np.ndarray]):
     a context manager, and done on garbage collection as a last resort).
     """
 
-    def __init__(self, path: StrPath, block_seconds: float, keep_channels: bool = False) -> None:
+    def __init__(
+        self,
+        path: StrPath,
+        block_seconds: float,
+        keep_channels: bool = False,
+        untrusted: bool = False,
+        max_seconds: float | None = None,
+    ) -> None:
         if not block_seconds > 0:
             raise ValueError(f"block_seconds must be positive, got {block_seconds}")
         self.path = Path(path)
         self._block = max(1, round(block_seconds * SAMPLE_RATE))
         self._keep_channels = keep_channels
-        self._container, self._stream = _open(path)
+        self._max_samples = None if max_seconds is None else round(max_seconds * SAMPLE_RATE)
+        self._stat = _identity(self.path)
+        self._container, self._stream = _open(path, untrusted)
         try:
             self.info = _info(path, self._container, self._stream)
         except BaseException:
@@ -198,9 +269,37 @@ class AudioBlocks(Iterator[np.ndarray]):
 
     def _run(self) -> Iterator[np.ndarray]:
         try:
-            yield from self._blocks(self._samples())
+            yield from self._blocks(self._limited(self._samples()))
         finally:
             self._container.close()
+        if self._stat is not None and _identity(self.path) != self._stat:
+            # Truncated, rewritten or still being written: what was read is not the file.
+            raise MediaChangedError(
+                self.path,
+                f"'{self.path.name}' changed while it was being read (it may still be copying "
+                "or recording), so its transcript would be incomplete. Transcribe it again "
+                "once the file is complete.",
+            )
+
+    def _limited(self, chunks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+        """Stop at ``max_seconds`` of decoded audio, whatever the container claimed."""
+        limit = self._max_samples
+        if limit is None:
+            yield from chunks
+            return
+        seen = 0
+        for chunk in chunks:
+            seen += chunk.shape[-1]
+            if seen > limit:
+                got, most = seen / SAMPLE_RATE, limit / SAMPLE_RATE
+                raise MediaTooLongError(
+                    self.path,
+                    f"'{self.path.name}' holds more than {_minutes(most)} of audio, the "
+                    f"limit here (decoding stopped at {_minutes(got)}). Split it, or shorten it.",
+                    got,
+                    most,
+                )
+            yield chunk
 
     def _blocks(self, chunks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
         pending: list[np.ndarray] = []
@@ -332,8 +431,26 @@ class AudioBlocks(Iterator[np.ndarray]):
         )
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(size, mtime in ns): what says a file was not changed while it was read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
 def decode_blocks(
-    path: StrPath, block_seconds: float = 30.0, *, keep_channels: bool = False
+    path: StrPath,
+    block_seconds: float = 30.0,
+    *,
+    keep_channels: bool = False,
+    untrusted: bool = False,
+    max_seconds: float | None = None,
 ) -> AudioBlocks:
     """Stream `path` as 16 kHz mono float32 blocks (values in [-1, 1]) of `block_seconds` each.
 
@@ -353,8 +470,13 @@ def decode_blocks(
     transcript of the readable part than none. Undecodable packets are skipped and the missing
     time is filled with silence (from the timestamps, so later text keeps its true time); if the
     container cannot be read any further, iteration stops early. Both are logged as warnings.
+    A file that changes while it is read (truncated, or still being copied) raises
+    `MediaChangedError` at the end instead: that transcript would be silently incomplete.
+
+    ``untrusted`` opens only `SAFE_DEMUXERS`; ``max_seconds`` raises `MediaTooLongError` as
+    soon as more audio than that has been decoded.
     """
-    return AudioBlocks(path, block_seconds, keep_channels)
+    return AudioBlocks(path, block_seconds, keep_channels, untrusted, max_seconds)
 
 
 def decode_audio(path: StrPath) -> np.ndarray:
