@@ -9,7 +9,8 @@
 
 Fault knobs (each fires once per count): ``drop_after[path] = n`` closes the connection after
 byte ``n`` of that file; ``corrupt[path] = times`` flips served bytes; ``refuse_connections()``
-stops listening (the client sees connection refused). Every request is recorded in
+stops listening (the client sees connection refused). ``etags[path] = text`` serves that
+ETag (and, for LFS files, X-Linked-Etag) instead: hostile metadata. Every request is recorded in
 ``requests`` as ``(method, path, headers)``.
 """
 
@@ -82,6 +83,7 @@ class HubServer:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.drop_after: dict[str, int] = {}
         self.corrupt: dict[str, int] = {}
+        self.etags: dict[str, str] = {}
         self.offline = False
         self.lock = threading.Lock()
         self._servers = [self._listener(), self._listener()]
@@ -221,12 +223,13 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None:
             return self._error(404, "EntryNotFound")
         common = {"X-Repo-Commit": repo.commit}
+        etag = self.server_state.etags.get(name)
         if f.sha256 is None:
-            return self._send_file(f, {**common, "ETag": f'"{f.git_sha1}"'}, body)
+            return self._send_file(f, {**common, "ETag": f'"{etag or f.git_sha1}"'}, body)
         headers = {
             **common,
             "ETag": f'"{f.git_sha1}"',
-            "X-Linked-Etag": f'"{f.sha256}"',
+            "X-Linked-Etag": f'"{etag or f.sha256}"',
             "X-Linked-Size": str(f.size),
             "Location": f"{self.server_state.cdn_url}/lfs/{f.sha256}",
         }

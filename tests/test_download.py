@@ -290,6 +290,26 @@ def test_a_file_name_leading_out_of_the_folder_is_refused(
     assert inside(dest, "onnx/model.onnx") == dest / "onnx" / "model.onnx"
 
 
+def test_a_hostile_etag_cannot_place_a_partial_file_outside_the_store(
+    hub: HubServer, repo: HubRepo, tmp_path: Path
+) -> None:
+    """The ETag is hub metadata too: a partial file named from ``a/../../../x`` would sit
+    outside the store (the partial of a dropped download is kept to resume)."""
+    dest = tmp_path / "store" / "model"
+    hub.etags[MODEL] = hub.etags["config.json"] = "a/../../../../escaped"
+    hub.drop_after[MODEL] = 25_000_000
+    outside: set[Path] = set()
+
+    def look(_done: int, _total: int) -> None:  # while the partial files exist
+        outside.update(p for p in tmp_path.rglob("*") if p.is_file() and dest not in p.parents)
+
+    download_files(REPO, [MODEL, "config.json"], dest, endpoint=hub.url, progress=look)
+    assert_identical_file(dest, repo, MODEL)
+    assert_identical_file(dest, repo, "config.json")
+    assert not outside, outside
+    assert range_starts(hub), "the dropped download resumed from its partial file"
+
+
 def test_a_safetensors_index_pointing_elsewhere_is_a_checkpoint_error(
     hf_tiny_fp16: Path, tmp_path: Path
 ) -> None:

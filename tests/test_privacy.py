@@ -12,7 +12,8 @@ import pytest
 
 from deskscribe.audio.recorder import SessionRecorder
 from deskscribe.library.db import Library
-from deskscribe.paths import data_dir
+from deskscribe.paths import data_dir, sessions_dir
+from deskscribe.service.live.health import Health, HealthLog
 from deskscribe.transcript import Segment, Transcript
 from skips import other_os
 
@@ -38,18 +39,27 @@ def test_new_data_folder_sessions_and_library_are_private(
     root = data_dir()
     assert mode(root) == 0o700
     with SessionRecorder(chunk_seconds=1.0) as rec:
+        health = HealthLog(rec.folder)
+        health.write(Health())
+        health.write_summary({"ok": True})
+        health.close()
         rec.write("mic", np.full(24000, 0.1, np.float32))  # 1.5 s: one FLAC chunk, one raw
         rec.save_transcript({"segments": []})
         folder = rec.folder
         raw = sorted(folder.glob("*.pcm"))
         assert raw and all(mode(p) == 0o600 for p in raw)
     assert mode(folder) == 0o700
+    assert mode(folder.parent) == 0o700, "sessions/ itself"
+    assert {"health.jsonl", "health-summary.json"} <= {p.name for p in folder.iterdir()}
     files = [p for p in folder.iterdir() if p.is_file()]
     assert files and all(mode(p) & 0o077 == 0 for p in files), {p.name: oct(mode(p)) for p in files}
 
     lib = Library()
     item_id = lib.add_file(tmp_path / "talk.wav", {})
-    lib.save_transcript(item_id, Transcript([Segment(0, 1, " secret plans")]))
+    saved = lib.save_transcript(item_id, Transcript([Segment(0, 1, " secret plans")]))
+    assert mode(saved) == 0o600
+    lib.save_transcript(item_id, Transcript([Segment(0, 1, " edited plans")]))  # replaced
+    assert mode(saved) == 0o600
     assert mode(lib.path) == 0o600
     assert mode(lib.transcripts_dir) == 0o700
     assert mode(lib.path.parent) == 0o700
@@ -61,6 +71,9 @@ def test_an_open_data_folder_from_an_older_version_is_tightened(
     old = tmp_path / "old-data"
     old.mkdir(mode=0o755)
     os.chmod(old, 0o755)
+    (old / "sessions").mkdir(mode=0o755)
+    os.chmod(old / "sessions", 0o755)
     monkeypatch.setenv("DESKSCRIBE_DATA_DIR", str(old))
     assert data_dir() == old
     assert mode(old) == 0o700
+    assert mode(sessions_dir()) == 0o700

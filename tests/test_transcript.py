@@ -402,6 +402,8 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_plain_text() -> None:
             Segment(0, 1, ' =HYPERLINK("http://x","click")', speaker="S1"),
             Segment(1, 2, " -2+3", speaker="S2"),
             Segment(2, 3, " an equals sign = inside is fine", speaker="S1"),
+            # The language comes from a server's client or a transcript file too.
+            Segment(3, 4, " hola", speaker="S2", language="=cmd|'/c calc'!A1"),
         ],
         speakers={"S1": "@admin", "S2": "Bob"},
     )
@@ -409,6 +411,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_plain_text() -> None:
     assert rows[1][2:4] == ["'@admin", '\'=HYPERLINK("http://x","click")']
     assert rows[2][2:4] == ["Bob", "'-2+3"]
     assert rows[3][3] == "an equals sign = inside is fine"
+    assert rows[4][4] == "'=cmd|'/c calc'!A1"
 
 
 # --- who spoke when: turns and RTTM -----------------------------------------------------------

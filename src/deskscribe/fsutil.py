@@ -155,12 +155,23 @@ def inside(root: Path, name: str, *, resolve: bool = True) -> Path:
     return target
 
 
-def private_dir(path: Path) -> Path:
-    """Create ``path`` (and missing parents) readable by this user only (0700 on POSIX), and
-    tighten it when an older version left it open to others: recordings, transcripts and the
-    library's full-text index must not be readable by other accounts on a shared computer."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if os.name == "posix":
+def private_dir(path: Path, *, tighten: bool = True) -> Path:
+    """Create ``path`` and every missing parent readable by this user only (0700 on POSIX);
+    with ``tighten``, also tighten ``path`` when an older version left it open to others:
+    recordings, transcripts and the library's full-text index must not be readable by other
+    accounts on a shared computer. ``tighten=False`` leaves an existing folder's mode alone
+    (one the user chose, e.g. a server's ``--data-dir``)."""
+    missing = []
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):  # mkdir(parents=True) would make the parents 0755
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+    if not path.is_dir():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)  # raises the reason
+    if tighten and os.name == "posix":
         with contextlib.suppress(OSError):
             if path.stat().st_mode & 0o077:
                 os.chmod(path, 0o700)

@@ -22,5 +22,6 @@ def data_dir() -> Path:
 
 
 def sessions_dir() -> Path:
-    """Live sessions: one folder each, holding the recorded audio and the transcript."""
-    return data_dir() / "sessions"
+    """Live sessions: one folder each, holding the recorded audio and the transcript; private
+    (0700), and tightened if an older version made it 0755."""
+    return private_dir(data_dir() / "sessions")

@@ -328,9 +328,9 @@ class Library:
             # A name no other library can have chosen: after a damaged library was moved
             # aside, ids start again at 1, and "1.json" of the old one must stay as it was.
             target = self.transcripts_dir / f"{item_id}-{uuid.uuid4().hex[:12]}.json"
-            export(transcript, target, "json", overwrite=False)
+            export(transcript, target, "json", overwrite=False, private=True)
         else:
-            export(transcript, target, "json", overwrite=True)
+            export(transcript, target, "json", overwrite=True, private=True)
         self.update(item_id, transcript_path=str(target))
         return target
 

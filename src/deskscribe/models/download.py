@@ -301,7 +301,10 @@ def _write_done(dest: Path, done: dict[str, str]) -> None:
 
 
 def _partial(dest: Path, remote: _Remote) -> Path:
-    return dest / _PARTIAL / f"{remote.path}.{remote.etag[:16]}.incomplete"
+    """The partial download of ``remote``: its checked path and a hash of its ETag (hub
+    metadata: ``a/../../..`` must not become a part of a file name)."""
+    tag = hashlib.sha256(remote.etag.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return dest / _PARTIAL / f"{remote.path}.{tag}.incomplete"
 
 
 def _is_finished(dest: Path, remote: _Remote, done: dict[str, str]) -> bool:

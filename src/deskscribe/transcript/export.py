@@ -208,7 +208,7 @@ def _render_csv(transcript: Transcript) -> str:
                 _seconds(seg.end),
                 _csv_cell(_label(transcript, seg) or ""),
                 _csv_cell(seg.text.strip()),
-                seg.language or transcript.language or "",
+                _csv_cell(seg.language or transcript.language or ""),
             ]
         )
     return buf.getvalue()
@@ -310,8 +310,10 @@ def export(
     *,
     overwrite: bool = False,
     timestamps: bool = False,
+    private: bool = False,
 ) -> Path:
-    """Write ``transcript`` to ``path`` atomically and return the path.
+    """Write ``transcript`` to ``path`` atomically and return the path (``private``: readable
+    by this user only, as the library's own copies are).
 
     ``fmt`` defaults to the file's suffix. Text formats are UTF-8 (CSV with a byte-order mark so
     spreadsheet apps detect it). An existing file raises :class:`ExportExistsError` unless
@@ -334,7 +336,7 @@ def export(
     if isinstance(content, str):
         content = content.encode("utf-8-sig" if key == "csv" else "utf-8")
     try:
-        write_atomic(target, content, private=False, replace=overwrite)
+        write_atomic(target, content, private=private, replace=overwrite)
     except FileExistsError:  # created since the check above: still never replaced
         raise ExportExistsError(target) from None
     return target

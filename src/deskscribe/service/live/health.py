@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...fsutil import write_atomic
+
 # The live budgets (issue 15): decode latency, CPU share of the machine, lost input, memory.
 BUDGETS = {
     "decode_p50_ms": 50.0,
@@ -222,18 +224,16 @@ class HealthLog:
     def write(self, health: Health) -> None:
         if self.path is None:
             return
-        if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        if self._file is None:  # kept open; readable by this user only, as the recording
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._file = open(fd, "a", encoding="utf-8")  # noqa: SIM115
         self._file.write(json.dumps({"t": round(time.time(), 2), **asdict(health)}) + "\n")
         self._file.flush()
 
     def write_summary(self, summary: dict) -> None:
         if self.path is None:
             return
-        target = self.path.with_name("health-summary.json")
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(summary, indent=1), encoding="utf-8")
-        os.replace(tmp, target)
+        write_atomic(self.path.with_name("health-summary.json"), json.dumps(summary, indent=1))
 
     def close(self) -> None:
         if self._file is not None:
