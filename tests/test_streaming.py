@@ -117,6 +117,26 @@ def test_long_monologue_is_trimmed_and_complete(tiny_model, speech_dir):
     assert wer(text, committed_text(t)) < 0.25, committed_text(t)
 
 
+def test_a_session_behind_with_a_long_pause_setting_does_work_linear_in_its_audio(tiny_model):
+    """A realtime client asking ``silence_duration_ms=10000`` on a session that is behind:
+    interim passes are skipped and no pause ends an utterance, so nothing was ever cut and
+    each pass decoded the whole of a buffer that grew with the call (CPU quadratic in its
+    length). The buffer is now ended as an utterance past the hard cut plus a step."""
+    wav, reference, _ = call_recording(EVAL)
+    audio = np.concatenate([load(wav)] * 3)  # 90 s of a real call, no 10 s pause in it
+    t = OnlineTranscriber(tiny_model, StreamingOptions(end_of_utterance_ms=10_000))
+    opt, n, longest = t.options, int(0.5 * SR), 0.0
+    for start in range(0, audio.shape[0], n):
+        t.add_audio(audio[start : start + n])
+        t.process(interim=False)  # behind: no interim pass
+        longest = max(longest, (t.total - t._start) / SR)
+    t.finish()
+    bound = opt.hard_buffer_seconds + max(opt.max_step_seconds, opt.sparse_step_seconds) + 1.5
+    assert longest <= bound, f"the buffer reached {longest:.0f} s"
+    assert t.decoded_samples <= 3 * audio.shape[0], t.decoded_samples / audio.shape[0]
+    assert len(committed_text(t).split()) >= 0.8 * 3 * len(reference.split())
+
+
 def test_fewer_passes_still_commit_a_long_real_utterance(tiny_model):
     # The real phone call has a 23 s stretch without a pause long enough to end the
     # utterance. A session that stepped down used to skip every interim pass: that stretch

@@ -9,7 +9,9 @@ of falling behind. A word is *committed* once two consecutive decodes agree on i
 as in whisper_streaming by Macháček et al.); the rest of the newest decode is *tentative*. When
 the speaker pauses (VAD end of utterance) the utterance is decoded a last time and everything is
 committed, and the buffer starts afresh. A buffer that grows past ``max_buffer_seconds`` (a long
-monologue) is cut after its last committed sentence. The committed text is the prompt for the
+monologue) is cut after its last committed sentence; one with nothing committed to cut after
+(passes skipped while behind) is ended as an utterance at ``hard_buffer_seconds`` plus a
+step, so no pass decodes more than that. The committed text is the prompt for the
 next decode, so the model keeps the style and names it has seen. ``finish()`` commits whatever
 is left: nothing spoken before Stop is dropped.
 
@@ -254,6 +256,7 @@ class OnlineTranscriber:
         self._agreement = LocalAgreement()
         self._last_decode = (-1, -1)  # (start, end) samples of the newest decode
         self.decode_count = 0  # model runs so far (a pass that decodes nothing is not one)
+        self.decoded_samples = 0  # audio those runs decoded, in all: the work done
         self.decode_seconds: list[float] = []  # seconds of each model run not yet collected
         self._pass_seconds = 0.0  # smoothed seconds of an interim pass (for the step)
         self.sparse = False  # fewer interim passes (``sparse_step_seconds``), set by the caller
@@ -302,6 +305,11 @@ class OnlineTranscriber:
         are still committed when they end, only the tentative text waits)."""
         update = StreamUpdate()
         t0 = time.perf_counter()
+        if self.vad.speaking and not self._ends and self._buffer_over_limit:
+            # No pause long enough to end the utterance, and no committed sentence or word to
+            # cut after (passes skipped while behind, or none agreed): end it here, so a pass
+            # never decodes more than this and the work stays linear in the audio.
+            self._ends.append(self.total)
         while self._ends:
             end = self._ends.pop(0)
             if (
@@ -341,6 +349,13 @@ class OnlineTranscriber:
         update.audio_end = self._decoded_to / SAMPLE_RATE
         update.open_id = self.open_segment_id
         return update
+
+    @property
+    def _buffer_over_limit(self) -> bool:
+        opt = self.options
+        # A pass is due at least every step: past a step beyond the hard cut, none could cut.
+        limit = opt.hard_buffer_seconds + max(opt.max_step_seconds, opt.sparse_step_seconds) + 1
+        return self.total - self._start > limit * SAMPLE_RATE
 
     @property
     def step_samples(self) -> int:
@@ -433,6 +448,7 @@ class OnlineTranscriber:
                 )
         words = drop_collapsed(words)
         self.decode_count += 1
+        self.decoded_samples += audio.shape[0]
         self.decode_seconds = [*self.decode_seconds[-999:], time.perf_counter() - began]
         self._last_words = words if confident else []
         return words
