@@ -87,8 +87,10 @@ def serve(
     port: int | None = None,
     env: dict[str, str] | None = None,
     wait: bool = True,
+    files_limit: int | None = None,
 ) -> Served:
-    """Start ``deskscribe serve --port P ARGS...`` on loopback and wait until /health answers."""
+    """Start ``deskscribe serve --port P ARGS...`` on loopback and wait until /health answers.
+    ``files_limit``: the process's open-file limit (soft and hard, as ``ulimit -n``)."""
     port = port or free_port()
     data.mkdir(parents=True, exist_ok=True)
     log = data / f"server-{port}-{time.monotonic_ns()}.log"
@@ -101,8 +103,15 @@ def serve(
         **(env or {}),
     }
     cmd = [sys.executable, "-m", "deskscribe", "serve", "--port", str(port), *args]
+
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files_limit, files_limit))
+
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=limit if files_limit else None)  # fmt: skip
     served = Served(proc, port, store, data, log, tuple(args), env or {})
     if wait:
         wait_healthy(served)

@@ -474,7 +474,8 @@ def test_a_file_changed_while_it_is_read_is_an_error_not_a_short_transcript(tmp_
 
 
 def test_transcode_writes_our_own_private_wav(tmp_path):
-    from deskscribe.audio.untrusted import safe_suffix, transcode
+    from deskscribe.audio.transcode import transcode
+    from deskscribe.audio.untrusted import safe_suffix
 
     src = write_media(tmp_path / "in.m4a", source(44100, 2), 44100, pick_encoder("aac"))
     dst = tmp_path / "out.wav"

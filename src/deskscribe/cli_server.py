@@ -27,6 +27,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    default="auto", help="where the models run")  # fmt: skip
     s.add_argument("--api-key-file", type=Path, metavar="FILE",
                    help="hashes of the allowed keys (make one with --new-key FILE)")  # fmt: skip
+    s.add_argument("--admin-key-file", type=Path, metavar="FILE",
+                   help="hashes of keys that may also see and delete every key's jobs")  # fmt: skip
     s.add_argument("--new-key", type=Path, metavar="FILE",
                    help="make an API key, add its hash to FILE, print the key once, and exit")  # fmt: skip
     s.add_argument("--max-upload-mb", type=float, default=25.0,
@@ -49,7 +51,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--preload", action="store_true", help="load the default model at start")
     s.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
                    help="allow browser pages from ORIGIN (repeatable; none by default)")  # fmt: skip
+    s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a host name clients use for this server, besides loopback names and "
+                   "IP addresses (repeatable; '*': any, which lets DNS rebinding in)")  # fmt: skip
     s.add_argument("--data-dir", type=Path, help="jobs and uploads (default: the app's data)")
+    s.add_argument("--job-retention-hours", type=float, default=168.0,
+                   help="purge finished jobs after this long (0: keep them)")  # fmt: skip
+    s.add_argument("--max-queued-job-gb", type=float, default=20.0,
+                   help="uploads of queued and running jobs, in all (then 429)")  # fmt: skip
+    s.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                   help="close a connection whose request headers take longer")  # fmt: skip
+    s.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                   help="end a request whose body pauses longer (or crawls, after that long)")  # fmt: skip
+    s.add_argument("--keep-alive-seconds", type=float, default=5.0,
+                   help="close an idle keep-alive connection after this long")  # fmt: skip
+    s.add_argument("--max-connections", type=int, default=1024,
+                   help="open connections in all (kept below the open-file limit)")  # fmt: skip
+    s.add_argument("--max-connections-per-client", type=int, default=64,
+                   help="open connections per client address (raise it behind a proxy)")  # fmt: skip
+    s.add_argument("--realtime-max-speed", type=float, default=10.0, metavar="X",
+                   help="realtime audio is taken at most X times faster than real time")  # fmt: skip
     s.add_argument("--drain-seconds", type=float, default=120.0,
                    help="on SIGTERM, wait this long for work in flight before exiting")  # fmt: skip
     s.add_argument("--ray", metavar="auto|ADDRESS",
@@ -82,13 +103,21 @@ def serve(args: argparse.Namespace) -> int:
         config = ServerConfig(
             host=args.host, port=args.port, model=args.model, device=args.compute,
             key_hashes=read_key_file(args.api_key_file) if args.api_key_file else frozenset(),
+            admin_key_hashes=(read_key_file(args.admin_key_file) if args.admin_key_file
+                              else frozenset()),
             max_upload_mb=args.max_upload_mb, max_job_upload_mb=args.max_job_upload_mb,
             max_audio_seconds=args.max_audio_minutes * 60,
             max_queue=args.max_queue, workers=args.workers, max_sessions=args.max_sessions,
             realtime_idle_seconds=args.realtime_idle_seconds,
             shared_batch_rows=args.shared_batch, shared_batch_on_cpu=args.shared_batch_cpu,
             idle_ttl=args.idle_ttl, preload=args.preload, cors_origins=tuple(args.cors),
-            data_dir=args.data_dir,
+            allowed_hosts=tuple(args.allowed_host), data_dir=args.data_dir,
+            job_retention_hours=args.job_retention_hours,
+            max_queued_job_gb=args.max_queued_job_gb, header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout, keep_alive=args.keep_alive_seconds,
+            max_connections=args.max_connections,
+            max_connections_per_client=args.max_connections_per_client,
+            realtime_max_speed=args.realtime_max_speed,
         )  # fmt: skip
         config.check()
     except ServerConfigError as e:
@@ -104,11 +133,18 @@ def serve(args: argparse.Namespace) -> int:
             print(f"deskscribe: {e}", file=sys.stderr)
             return 2
         return serve_on_ray(config, args.ray, args.replicas, args.drain_seconds)
+    from .server.connections import ConnectionWatch
+    from .server.realtime import WS_MAX_BYTES, WS_QUEUE
+
     state = ServerState(config)
+    state.connections = ConnectionWatch(config)
     app = create_app(state=state)
     server = _draining_server(
         uvicorn.Config(app, host=config.host, port=config.port, log_level="info",
-                       ws="websockets", lifespan="on", timeout_graceful_shutdown=10),
+                       http=state.connections.protocol_class(), ws="websockets",
+                       ws_max_size=WS_MAX_BYTES, ws_max_queue=WS_QUEUE,
+                       timeout_keep_alive=config.keep_alive,
+                       lifespan="on", timeout_graceful_shutdown=10),
         state, args.drain_seconds,
     )  # fmt: skip
     keys = f"{len(config.key_hashes)} key(s)" if config.key_hashes else "no key (loopback only)"

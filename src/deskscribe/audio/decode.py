@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -34,7 +33,17 @@ import av
 import numpy as np
 
 from ..audio_format import SAMPLE_RATE
-from ..errors import DeskScribeError
+from .media_errors import (
+    EmptyMediaError,
+    MediaChangedError,
+    MediaError,
+    MediaNotFoundError,
+    MediaTooLongError,
+    NoAudioStreamError,
+    StrPath,
+    UnsupportedMediaError,
+)
+from .untrusted import SAFE_DEMUXERS, SAFE_OPTIONS, looks_like_playlist, not_safe
 
 log = logging.getLogger(__name__)
 
@@ -42,56 +51,6 @@ _GAP_TOLERANCE_S = 0.05  # timestamp jitter below this is not a hole in the audi
 _MAX_GAP_FILL_S = 600.0  # a bigger jump is a timestamp reset, not missing audio
 # Scale the downmix so its coefficients sum to 1: stereo becomes (L + R) / 2 and 5.1 cannot clip.
 _DOWNMIX = {"rematrix_maxval": "1.0"}
-
-StrPath = str | os.PathLike[str]
-
-
-class MediaError(DeskScribeError):
-    """A media file cannot be transcribed; `str(err)` is a message fit for the user."""
-
-    def __init__(self, path: StrPath, message: str) -> None:
-        super().__init__(message)
-        self.path = Path(path)
-
-
-class MediaNotFoundError(MediaError):
-    """The path does not exist or is a folder."""
-
-
-class UnsupportedMediaError(MediaError):
-    """Not a media file FFmpeg can read, or one too damaged to decode."""
-
-
-class NoAudioStreamError(MediaError):
-    """A readable media file without any audio track (e.g. a silent screen recording)."""
-
-
-class EmptyMediaError(MediaError):
-    """A zero-byte file, or one whose audio track holds no samples."""
-
-
-class MediaTooLongError(MediaError):
-    """More audio than ``max_seconds`` was decoded (the container's claim is not trusted)."""
-
-    def __init__(self, path: StrPath, message: str, seconds: float, max_seconds: float) -> None:
-        super().__init__(path, message)
-        self.seconds, self.max_seconds = seconds, max_seconds
-
-
-class MediaChangedError(MediaError):
-    """The file changed (was truncated, rewritten or still growing) while it was read."""
-
-
-# Demuxers an untrusted file may be opened with: containers that hold their own audio and
-# never open another file or URL. Matched by FFmpeg against the demuxer it probed from the
-# content ("mov" covers mp4/m4a/3gp, "matroska" webm). Not here, on purpose: hls, dash,
-# concat, image2 and other playlists or sequences, and raw formats that need parameters.
-SAFE_DEMUXERS = (
-    "wav", "w64", "flac", "mp3", "ogg", "matroska", "webm", "mov", "mp4", "aac", "ac3",
-    "eac3", "aiff", "caf", "amr", "amrnb", "amrwb", "asf", "avi", "mpeg", "mpegts", "flv",
-    "au", "wv", "ape", "tta", "mpc", "mpc8", "dts", "truehd", "mlp", "voc", "rm", "xwma",
-)  # fmt: skip
-_SAFE_OPTIONS = {"format_whitelist": ",".join(SAFE_DEMUXERS), "protocol_whitelist": "file"}
 
 
 class MediaInfo(NamedTuple):
@@ -126,7 +85,7 @@ def _open(
         raise EmptyMediaError(
             p, f"'{name}' is empty (0 bytes). The recording or copy may have failed."
         )
-    options = dict(_SAFE_OPTIONS) if untrusted else None
+    options = dict(SAFE_OPTIONS) if untrusted else None
     try:
         container = av.open(str(p), mode="r", metadata_errors="ignore", options=options)
     except PermissionError:
@@ -134,8 +93,8 @@ def _open(
             p, f"DeskScribe is not allowed to read '{name}'. Check the file's permissions."
         ) from None
     except (av.FFmpegError, OSError, UnicodeDecodeError) as e:
-        if untrusted and (isinstance(e, av.ArgumentError) or _playlist(p)):
-            raise _not_safe(p) from None  # ArgumentError: "Format not on whitelist"
+        if untrusted and (isinstance(e, av.ArgumentError) or looks_like_playlist(p)):
+            raise not_safe(p) from None  # ArgumentError: "Format not on whitelist"
         raise UnsupportedMediaError(
             p,
             f"'{name}' is not an audio or video file DeskScribe can read, or it is damaged or "
@@ -144,7 +103,7 @@ def _open(
         ) from None
     try:
         if untrusted and not set(container.format.name.split(",")) & set(SAFE_DEMUXERS):
-            raise _not_safe(p)  # FFmpeg checked this already; a second lock costs nothing
+            raise not_safe(p)  # FFmpeg checked this already; a second lock costs nothing
         streams = container.streams.audio
         if not streams:
             raise NoAudioStreamError(
@@ -168,26 +127,6 @@ def _open(
         container.close()
         raise
     return container, stream
-
-
-def _not_safe(p: Path) -> UnsupportedMediaError:
-    return UnsupportedMediaError(
-        p,
-        f"'{p.name}' is not an audio or video container DeskScribe reads from others: "
-        "playlists (.m3u8, .m3u), concat lists and image sequences are refused, because they "
-        "name other files. Send the recording itself (WAV, MP3, M4A, MP4, OGG, WebM, FLAC, …).",
-    )
-
-
-def _playlist(p: Path) -> bool:
-    """Whether the file starts like a playlist (FFmpeg takes an HLS one for HLS only by its
-    name, so a stored upload's fails as plain unreadable data: say what it is)."""
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(256).lstrip(b"\xef\xbb\xbf \t\r\n").lower()
-    except OSError:
-        return False
-    return head.startswith((b"#extm3u", b"ffconcat", b"[playlist]", b"<?xml", b"<mpd", b"file "))
 
 
 def _reason(e: BaseException) -> str:

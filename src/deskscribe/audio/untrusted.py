@@ -1,36 +1,80 @@
-"""Media from someone else (a server upload, a file dropped into a watched folder) turned into
-audio we wrote ourselves before any other code reads it.
-
-`transcode` decodes the file with `decode.SAFE_DEMUXERS` only (never a playlist or anything
-else that opens other files by name) and stops at ``max_seconds`` of decoded audio, whatever
-the container claims, writing 16 kHz mono 16-bit PCM WAV. Everything after that (VAD,
-Whisper, the speaker pass, which may read the file more than once) reads that WAV, so the
-untrusted file is parsed by FFmpeg exactly once, under the rules above.
+"""What a file from someone else (a server upload, a file dropped into a watched folder) may
+be: the demuxers FFmpeg may open it with (`SAFE_DEMUXERS`, given to ``av.open`` as
+`SAFE_OPTIONS` by ``decode``'s ``untrusted=True``), the message when it is something else,
+and the file-name endings kept as a probing hint. ``transcode.py`` decodes such a file once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
-import wave
 from pathlib import Path
 
-import numpy as np
+from .media_errors import UnsupportedMediaError
 
-from ..audio_format import SAMPLE_RATE
-from ..errors import Cancelled
-from .decode import StrPath, decode_blocks
+# Demuxers an untrusted file may be opened with: containers that hold their own audio and
+# never open another file or URL. Matched by FFmpeg against the demuxer it probed from the
+# content ("mov" covers mp4/m4a/3gp, "matroska" webm). Not here, on purpose: hls, dash,
+# concat, image2 and other playlists or sequences, and raw formats that need parameters.
+SAFE_DEMUXERS = (
+    "wav", "w64", "flac", "mp3", "ogg", "matroska", "webm", "mov", "mp4", "aac", "ac3",
+    "eac3", "aiff", "caf", "amr", "amrnb", "amrwb", "asf", "avi", "mpeg", "mpegts", "flv",
+    "au", "wv", "ape", "tta", "mpc", "mpc8", "dts", "truehd", "mlp", "voc", "rm", "xwma",
+)  # fmt: skip
+SAFE_OPTIONS = {"format_whitelist": ",".join(SAFE_DEMUXERS), "protocol_whitelist": "file"}
 
 # File name endings worth keeping as FFmpeg's probing hint; any other name is stored without
 # one (a client's ".m3u8" must not steer the probe: the content decides).
 MEDIA_SUFFIXES = frozenset(
-    [".wav", ".wave", ".w64", ".flac", ".mp3", ".mp2", ".m4a", ".m4b", ".mp4", ".m4v", ".mov", ".3gp", ".3g2", ".aac", ".ac3", ".eac3", ".aif", ".aiff", ".caf", ".amr", ".wma", ".wmv", ".asf", ".avi", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts", ".flv", ".au", ".wv", ".ape", ".tta", ".mpc", ".dts", ".ogg", ".oga", ".ogv", ".opus", ".spx", ".mkv", ".mka", ".webm", ".weba", ".voc", ".rm", ".ra"]
+    [
+        ".wav",
+        ".wave",
+        ".w64",
+        ".flac",
+        ".mp3",
+        ".mp2",
+        ".m4a",
+        ".m4b",
+        ".mp4",
+        ".m4v",
+        ".mov",
+        ".3gp",
+        ".3g2",
+        ".aac",
+        ".ac3",
+        ".eac3",
+        ".aif",
+        ".aiff",
+        ".caf",
+        ".amr",
+        ".wma",
+        ".wmv",
+        ".asf",
+        ".avi",
+        ".mpg",
+        ".mpeg",
+        ".ts",
+        ".mts",
+        ".m2ts",
+        ".flv",
+        ".au",
+        ".wv",
+        ".ape",
+        ".tta",
+        ".mpc",
+        ".dts",
+        ".ogg",
+        ".oga",
+        ".ogv",
+        ".opus",
+        ".spx",
+        ".mkv",
+        ".mka",
+        ".webm",
+        ".weba",
+        ".voc",
+        ".rm",
+        ".ra",
+    ]
 )
-
-
-class TranscodeCancelled(Cancelled):
-    """The caller stopped a transcode (a client hung up, a job was deleted)."""
 
 
 def safe_suffix(filename: str | None) -> str:
@@ -39,33 +83,21 @@ def safe_suffix(filename: str | None) -> str:
     return suffix if suffix in MEDIA_SUFFIXES else ""
 
 
-def transcode(
-    src: StrPath,
-    dst: Path,
-    *,
-    max_seconds: float | None,
-    cancel: threading.Event | None = None,
-) -> float:
-    """Decode the untrusted ``src`` into ``dst`` (created, readable by this user only; it must
-    not exist) and return the seconds of audio written. Raises the decoder's `MediaError`s
-    (`UnsupportedMediaError` for a refused container, `MediaTooLongError` past
-    ``max_seconds``), `TranscodeCancelled`; ``dst`` is removed on any failure."""
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
-    samples = 0
+def not_safe(p: Path) -> UnsupportedMediaError:
+    return UnsupportedMediaError(
+        p,
+        f"'{p.name}' is not an audio or video container DeskScribe reads from others: "
+        "playlists (.m3u8, .m3u), concat lists and image sequences are refused, because they "
+        "name other files. Send the recording itself (WAV, MP3, M4A, MP4, OGG, WebM, FLAC, …).",
+    )
+
+
+def looks_like_playlist(p: Path) -> bool:
+    """Whether the file starts like a playlist (FFmpeg takes an HLS one for HLS only by its
+    name, so a stored upload's fails as plain unreadable data: say what it is)."""
     try:
-        with os.fdopen(fd, "wb") as raw, wave.open(raw, "wb") as out:
-            out.setnchannels(1)
-            out.setsampwidth(2)
-            out.setframerate(SAMPLE_RATE)
-            with decode_blocks(src, 10.0, untrusted=True, max_seconds=max_seconds) as blocks:
-                for block in blocks:
-                    if cancel is not None and cancel.is_set():
-                        raise TranscodeCancelled("stopped while reading the upload")
-                    pcm = np.round(np.clip(block, -1.0, 1.0) * 32767.0).astype("<i2")
-                    out.writeframes(pcm.tobytes())
-                    samples += pcm.shape[0]
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(dst)
-        raise
-    return samples / SAMPLE_RATE
+        with open(p, "rb") as fh:
+            head = fh.read(256).lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    except OSError:
+        return False
+    return head.startswith((b"#extm3u", b"ffconcat", b"[playlist]", b"<?xml", b"<mpd", b"file "))

@@ -14,80 +14,22 @@ import json
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from ..errors import Cancelled
 from . import errors as api_errors
-from .config import ServerConfig, bearer, key_matches
+from .config import ServerConfig
 from .errors import ApiError
 from .formats import MEDIA_TYPES, body, text_of, word_logprob
+from .guard import Guard
 from .requests import Fields, Outcome, check_media, parse_fields, run
 from .state import QueueFull, ServerState
 from .uploads import upload
 
 log = logging.getLogger(__name__)
-
-UNMETERED = ("/metrics",)
-
-
-class Gate:
-    """Pure ASGI middleware: 503 while draining, 413 on a declared body over the limit
-    (before a byte of it is read), the in-flight count, and the request metrics."""
-
-    def __init__(self, app, state: ServerState) -> None:
-        self.app, self.state = app, state
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        state, path = self.state, scope["path"]
-        if state.draining and path not in UNMETERED:
-            await api_errors.response(
-                ApiError(
-                    503,
-                    "the server is shutting down; retry on another server or later",
-                    code="draining",
-                    headers={"Retry-After": "5"},
-                )
-            )(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        limit, limit_mb = state.config.upload_limit(path)
-        if length is not None and length.isdigit() and int(length) > limit + 64 * 1024:
-            # (64 KiB for the form's own fields)
-            await api_errors.response(
-                ApiError(
-                    413,
-                    f"the upload is {int(length) / 1048576:.1f} MB; this server takes "
-                    f"at most {limit_mb:g} MB per file" + _bigger(path),
-                    param="file",
-                    code="file_too_large",
-                )
-            )(scope, receive, send)
-            return
-        status = {"code": 500}
-
-        async def send_status(message):
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        t0 = time.monotonic()
-        state.enter()
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            state.leave()
-            if path not in UNMETERED:
-                route = getattr(scope.get("route"), "path", None) or "unmatched"
-                m = state.metrics
-                m.requests.labels(route, scope["method"], str(status["code"])).inc()
-                m.latency.labels(route).observe(time.monotonic() - t0)
 
 
 def create_app(config: ServerConfig | None = None, state: ServerState | None = None) -> FastAPI:
@@ -112,21 +54,9 @@ def create_app(config: ServerConfig | None = None, state: ServerState | None = N
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["authorization", "content-type"],
         )
-    app.add_middleware(Gate, state=state)
-
-    def authorized(request: Request) -> None:
-        if not config.key_hashes:
-            return
-        key = bearer(request.headers)
-        if not key_matches(key, config.key_hashes):
-            raise ApiError(
-                401,
-                "missing API key: send `Authorization: Bearer KEY`" if not key
-                else "incorrect API key",
-                code="invalid_api_key",
-            )  # fmt: skip
-
-    auth = [Depends(authorized)]
+    # Outermost (added last): Host, Origin and the key are checked before CORS or a route
+    # sees the request, and before any byte of its body is read (guard.py).
+    app.add_middleware(Guard, state=state)
 
     @app.get("/health")
     async def health():
@@ -138,11 +68,11 @@ def create_app(config: ServerConfig | None = None, state: ServerState | None = N
                            "max_job_upload_mb": state.config.max_job_upload_mb,
                            "max_audio_minutes": state.config.max_audio_seconds / 60}}  # fmt: skip
 
-    @app.get("/metrics", dependencies=auth)
+    @app.get("/metrics")
     async def metrics():
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/models", dependencies=auth)
+    @app.get("/v1/models")
     async def models():
         from ..models.store import list_models
 
@@ -154,23 +84,23 @@ def create_app(config: ServerConfig | None = None, state: ServerState | None = N
             for m in found
         ]}  # fmt: skip
 
-    @app.get("/v1/models/{name}", dependencies=auth)
+    @app.get("/v1/models/{name}")
     async def model(name: str):
         found, _folder = await asyncio.to_thread(state.model_folder, name)
         return {"id": found, "object": "model", "owned_by": "deskscribe", "created": 0}
 
-    @app.post("/v1/audio/transcriptions", dependencies=auth)
+    @app.post("/v1/audio/transcriptions")
     async def transcriptions(request: Request):
         return await _audio(request, "transcribe")
 
-    @app.post("/v1/audio/translations", dependencies=auth)
+    @app.post("/v1/audio/translations")
     async def translations(request: Request):
         return await _audio(request, "translate")
 
     async def _audio(request: Request, task: str):
-        async with upload(request, state) as (form, path):
+        async with upload(request, state) as form:
             f = parse_fields(form, task)
-            f.filename = getattr(form.get("file"), "filename", None) or "file"
+            f.filename, path = form.filename, form.path
             # 404 and 400/413 before the request waits for a worker; run() does not repeat them.
             resolved = await asyncio.to_thread(state.model_folder, f.model)
             await asyncio.to_thread(check_media, path, f.filename, state.config.max_audio_seconds)
@@ -179,15 +109,11 @@ def create_app(config: ServerConfig | None = None, state: ServerState | None = N
             outcome = await _submit(state, path, f, resolved=resolved)
         return _respond(outcome, f)
 
-    from . import jobs, realtime
+    from . import job_routes, realtime
 
     realtime.mount(app, state)
-    jobs.mount(app, state, auth)
+    job_routes.mount(app, state)
     return app
-
-
-def _bigger(path: str) -> str:
-    return "" if path.startswith("/v1/jobs") else " here (the job API, /v1/jobs, takes more)"
 
 
 def _created(built_at: str) -> int:
@@ -246,7 +172,7 @@ def _stream(state: ServerState, path: Path, f: Fields, resolved) -> StreamingRes
     and deleted when the stream ends."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    keep = path.with_name("stream-" + path.name)
+    keep = path.with_name("stream-" + path.name)  # (the upload's own name is random)
     os.replace(path, keep)
     first = {"value": True}
 

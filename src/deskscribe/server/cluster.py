@@ -262,20 +262,23 @@ class ClusterWork(WorkPool):
 
 def _decoded(state, path: Path, f) -> tuple[str, np.ndarray]:
     """(model name, 16 kHz mono float32 PCM) of a stored upload, with the local server's checks
-    and messages (``requests.run``): unreadable media is a 400, too long a 413."""
-    from ..audio.decode import MediaError, decode_audio
+    and messages (``requests.run``): only real media is decoded (``untrusted``; a playlist is
+    a 400), and decoding stops past the limit (413), whatever the container claims."""
+    from ..audio.decode import MediaError, MediaTooLongError, decode_blocks
     from .requests import check_media, too_long
 
     max_seconds = state.config.max_audio_seconds
     check_media(path, f.filename, max_seconds)
     name, _folder = state.model_folder(f.model)
     try:
-        pcm = decode_audio(path)
+        with decode_blocks(path, 60.0, untrusted=True, max_seconds=max_seconds) as blocks:
+            parts = list(blocks)
+    except MediaTooLongError as e:
+        raise too_long(e.seconds, max_seconds) from None
     except MediaError as e:
         message = str(e).replace(path.name, f.filename)
         raise bad_request(f"the uploaded file could not be decoded: {message}", "file") from None
-    if pcm.shape[0] > max_seconds * 16000:  # a container that did not say its duration
-        raise too_long(pcm.shape[0] / 16000, max_seconds)
+    pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
     return name, np.ascontiguousarray(pcm, dtype=np.float32)
 
 

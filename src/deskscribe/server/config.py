@@ -32,6 +32,8 @@ class ServerConfig:
     model: str | None = None  # the default model (None: the app's default, else the newest)
     device: str = "auto"
     key_hashes: frozenset[str] = frozenset()  # hex SHA-256 of the allowed keys; empty: no keys
+    # Keys that also see every key's jobs (an admin's); they are valid keys everywhere.
+    admin_key_hashes: frozenset[str] = frozenset()
     max_upload_mb: float = 25.0  # per request of the audio API (OpenAI's own limit)
     max_job_upload_mb: float = 2048.0  # per job: long recordings are what jobs are for
     max_audio_seconds: float = 4 * 3600.0
@@ -47,7 +49,21 @@ class ServerConfig:
     idle_ttl: float = 600.0  # a model unused this long is released (0: never)
     preload: bool = False
     cors_origins: tuple[str, ...] = ()
+    # Host names the server answers to besides loopback names and IP literals ("*": any).
+    allowed_hosts: tuple[str, ...] = ()
     data_dir: Path | None = None  # jobs and uploads (None: <app data>/server)
+    job_retention_hours: float = 7 * 24.0  # finished jobs are purged after this (0: kept)
+    max_queued_job_gb: float = 20.0  # uploads of queued and running jobs, in all
+    # Slow clients (guard.py, connections.py): complete headers within header_timeout, no
+    # pause over body_timeout in a body, idle keep-alive connections closed after keep_alive.
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive: float = 5.0
+    max_connections: int = 1024  # open at once, in all (clamped below the file limit)
+    max_connections_per_client: int = 64  # per client address
+    # Realtime audio is taken at most this many times faster than real time, after the first
+    # REALTIME_BURST_SECONDS (a client cannot make a session decode an hour in a minute).
+    realtime_max_speed: float = 10.0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -73,13 +89,25 @@ class ServerConfig:
             raise ServerConfigError("--max-job-upload-mb must be > 0")
         if self.shared_batch_rows < 0:
             raise ServerConfigError("--shared-batch must be >= 0 (0: batches not shared)")
+        if min(self.header_timeout, self.body_timeout, self.keep_alive) <= 0:
+            raise ServerConfigError("--header-timeout, --body-timeout, --keep-alive must be > 0")
+        if self.max_connections < 1 or self.max_connections_per_client < 1:
+            raise ServerConfigError("--max-connections and --max-connections-per-client: >= 1")
+        if self.realtime_max_speed < 1 or self.max_queued_job_gb <= 0:
+            raise ServerConfigError("--realtime-max-speed must be >= 1, --max-queued-job-gb > 0")
+        if self.job_retention_hours < 0:
+            raise ServerConfigError("--job-retention-hours must be >= 0 (0: keep finished jobs)")
 
     def folder(self) -> Path:
+        """The server's folder: ``--data-dir`` as it is when it exists (its mode is the
+        user's choice: a shared 1777 folder keeps its sticky bit), else created private; the
+        default one private. What the server writes inside is private either way."""
         if self.data_dir is None:
             from ..paths import data_dir
 
             self.data_dir = data_dir() / "server"
-        return private_dir(self.data_dir)
+            return private_dir(self.data_dir)
+        return private_dir(self.data_dir, tighten=False)
 
 
 def is_loopback(host: str) -> bool:

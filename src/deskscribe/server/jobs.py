@@ -11,11 +11,15 @@ One dispatcher thread feeds queued jobs to the shared work pool in order, one wa
 so jobs never see the pool's 429 (the stored queue absorbs peaks) and synchronous requests get
 their turn between jobs. A running job counts as in flight, so a SIGTERM drain waits for it;
 while draining no job starts (they stay queued for the next start).
+
+A job belongs to the key that made it (its SHA-256 is stored, never the key): another key
+gets 404 for it and does not see it in the list; a key from ``--admin-key-file`` sees all.
+Finished jobs are purged after ``--job-retention-hours``; the uploads waiting in the queue are
+capped in bytes (``--max-queued-job-gb``) as well as in number.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -28,18 +32,14 @@ import time
 import uuid
 from pathlib import Path
 
-from fastapi import FastAPI, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
-
 from ..errors import Cancelled
 from ..fsutil import private_dir, write_atomic
 from ..transcript import Transcript
-from .errors import ApiError, bad_request
-from .formats import FORMATS, MEDIA_TYPES, body
+from .errors import ApiError
+from .formats import FORMATS
 from .job_store import JobStore
-from .requests import Fields, check_media, parse_fields, run
+from .requests import Fields, run
 from .state import QueueFull, ServerState
-from .uploads import upload
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ FINISHED = ("done", "failed", "cancelled")
 RESULT_FORMATS = (*FORMATS, "deskscribe")
 MAX_QUEUED = 1000  # stored queued jobs; more get 429 (config.extra["max_jobs"] overrides)
 POLL = 0.25  # how often the dispatcher looks for pool room freed by synchronous requests
+PURGE_EVERY = 60.0  # seconds between looks for finished jobs past the retention
 JOB_ID = re.compile(r"job_[0-9a-f]{32}")
 RESULT = "transcript.json"
 GONE = "the server stopped while this job {} and its upload is gone; submit the file again"
@@ -68,6 +69,7 @@ class Jobs:
         self._pending = 0  # handed to the pool, not started yet
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._purged_at = 0.0
 
     # ------------------------------------------------------------------ life
 
@@ -76,6 +78,7 @@ class Jobs:
         self.root = private_dir(folder / "jobs")
         self.store = JobStore(folder / "jobs.db")
         self._recover()
+        self._purge()
         self._gauges()
         self._thread = threading.Thread(target=self._dispatch, name="jobs", daemon=True)
         self._thread.start()
@@ -119,15 +122,21 @@ class Jobs:
 
     # ------------------------------------------------------------------ submit
 
-    def add(self, upload: Path, f: Fields, model: str) -> dict:
-        """Store a new job (the upload is moved into its folder) and wake the dispatcher."""
+    def add(self, upload: Path, f: Fields, model: str, owner: str = "") -> dict:
+        """Store a new job of ``owner`` (the upload is moved into its folder) and wake the
+        dispatcher; 429 past the queue's count or bytes."""
         assert self.store is not None
+        size = upload.stat().st_size
+        cap = int(self.state.config.max_queued_job_gb * 1024**3)
         with self._cond:
             queued = self.store.counts().get("queued", 0)
-            if queued >= self.max_queued:
+            waiting = self.store.waiting_bytes()
+            if queued >= self.max_queued or waiting + size > cap:
+                what = (f"{queued} jobs queued" if queued >= self.max_queued
+                        else f"{waiting / 1024**3:.1f} GB of uploads waiting")  # fmt: skip
                 raise ApiError(
                     429,
-                    f"the server has {queued} jobs queued, its limit; retry when some are done",
+                    f"the server has {what}, its limit; retry when some are done",
                     code="queue_full",
                     headers={"Retry-After": "60"},
                 )
@@ -137,23 +146,26 @@ class Jobs:
             os.replace(upload, folder / name)
             self.store.add({"id": job_id, "status": "queued", "created_at": int(time.time()),
                             "filename": f.filename, "model": model, "fields": f.to_json(),
-                            "upload": name})  # fmt: skip
+                            "upload": name, "owner": owner, "bytes": size})  # fmt: skip
             self._cond.notify_all()
         self._gauges()
-        return self.get(job_id)
+        return self.get(job_id, owner)
 
     # ------------------------------------------------------------------ read
 
-    def row(self, job_id: str) -> sqlite3.Row:
+    def row(self, job_id: str, owner: str | None = None) -> sqlite3.Row:
+        """The job's row; 404 when there is none, or (``owner`` given) it is another key's:
+        the same answer, so a key cannot learn that another key's job exists."""
         assert self.store is not None
         row = self.store.get(job_id) if JOB_ID.fullmatch(job_id) else None
-        if row is None:
-            raise ApiError(404, f"no job {job_id!r} on this server (deleted, or never made)",
+        if row is None or (owner is not None and row["owner"] != owner):
+            shown = job_id if JOB_ID.fullmatch(job_id) else job_id[:40]
+            raise ApiError(404, f"no job {shown!r} on this server (deleted, or never made)",
                            param="id", code="job_not_found")  # fmt: skip
         return row
 
-    def get(self, job_id: str) -> dict:
-        return self.describe(self.row(job_id))
+    def get(self, job_id: str, owner: str | None = None) -> dict:
+        return self.describe(self.row(job_id, owner))
 
     def describe(self, row: sqlite3.Row) -> dict:
         status = row["status"]
@@ -171,13 +183,13 @@ class Jobs:
             "finished_at": row["finished_at"],
         }
 
-    def newest(self, limit: int) -> list[dict]:
+    def newest(self, limit: int, owner: str | None = None) -> list[dict]:
         assert self.store is not None
-        return [self.describe(r) for r in self.store.newest(limit)]
+        return [self.describe(r) for r in self.store.newest(limit, owner)]
 
-    def result(self, job_id: str) -> tuple[Fields, dict]:
+    def result(self, job_id: str, owner: str | None = None) -> tuple[Fields, dict]:
         """The job's fields and stored transcript (``Transcript.to_dict``); 409 until done."""
-        row = self.row(job_id)
+        row = self.row(job_id, owner)
         status = row["status"]
         if status != "done":
             if status == "running":
@@ -197,12 +209,12 @@ class Jobs:
 
     # ------------------------------------------------------------------ delete
 
-    def delete(self, job_id: str) -> dict:
+    def delete(self, job_id: str, owner: str | None = None) -> dict:
         """Cancel a queued or running job (kept, as cancelled), or forget a finished one; the
         upload and the result go either way."""
         assert self.store is not None
         with self._cond:
-            row = self.row(job_id)
+            row = self.row(job_id, owner)
             if row["status"] in FINISHED:
                 self.store.delete(job_id)
                 out = {"id": job_id, "object": "transcription.job", "deleted": True}
@@ -214,7 +226,23 @@ class Jobs:
             shutil.rmtree(self.root / job_id, ignore_errors=True)
             self._cond.notify_all()
         self._gauges()
-        return out or self.get(job_id)
+        return out or self.get(job_id, owner)
+
+    def _purge(self) -> None:
+        """Forget finished jobs older than the retention (rows, results, folders)."""
+        assert self.store is not None
+        self._purged_at = time.monotonic()
+        hours = self.state.config.job_retention_hours
+        if not hours:
+            return
+        old = self.store.finished_before(int(time.time() - hours * 3600))
+        for job_id in old:
+            with self._cond:
+                self.store.delete(job_id)
+                shutil.rmtree(self.root / job_id, ignore_errors=True)
+        if old:
+            log.info("purged %d finished job(s) older than %g h", len(old), hours)
+            self._gauges()
 
     # ------------------------------------------------------------------ running
 
@@ -224,6 +252,12 @@ class Jobs:
         assert self.store is not None
         work = self.state.work
         while True:
+            retention = self.state.config.job_retention_hours * 3600
+            if time.monotonic() - self._purged_at > min(PURGE_EVERY, max(1.0, retention / 4)):
+                try:
+                    self._purge()
+                except sqlite3.Error:
+                    log.exception("could not purge old jobs")
             with self._cond:
                 if self._stopping:
                     return
@@ -283,7 +317,8 @@ class Jobs:
         upload = self.root / job_id / row["upload"]
         f = Fields.from_json(row["fields"])
         try:
-            outcome = run(self.state, upload, f, cancel=cancel, progress=self._tracker(job_id, f))
+            outcome = run(self.state, upload, f, cancel=cancel,
+                          progress=self._tracker(job_id, f), kind="job")  # fmt: skip
         except Cancelled:
             # Cancelled by DELETE (then no longer running: nothing to do) or by a stop: queued
             # again, its upload kept, for the next start.
@@ -362,52 +397,3 @@ class Jobs:
 
 def _error(message: str, code: str, type: str = "server_error") -> dict:
     return {"message": message, "type": type, "code": code}
-
-
-def mount(app: FastAPI, state: ServerState, auth) -> None:
-    jobs = Jobs(state)
-    app.state.jobs = jobs
-    state.services.append(jobs)  # started after the state, stopped before it
-
-    @app.post("/v1/jobs", dependencies=auth, status_code=202)
-    async def create_job(request: Request):
-        async with upload(request, state) as (form, path):
-            f = parse_fields(form, "transcribe")
-            if f.stream:
-                raise bad_request("stream is not available for jobs; poll GET /v1/jobs/{id} "
-                                  "for progress", "stream")  # fmt: skip
-            f.filename = getattr(form.get("file"), "filename", None) or "file"
-            model, _folder = await asyncio.to_thread(state.model_folder, f.model)
-            await asyncio.to_thread(
-                check_media, path, f.filename, state.config.max_audio_seconds, "file"
-            )
-            job = await asyncio.to_thread(jobs.add, path, f, model)
-        return JSONResponse(job, status_code=202)
-
-    @app.get("/v1/jobs", dependencies=auth)
-    async def list_jobs(limit: int = Query(100, ge=1, le=MAX_QUEUED * 10)):
-        data = await asyncio.to_thread(jobs.newest, limit + 1)
-        return {"object": "list", "data": data[:limit], "has_more": len(data) > limit}
-
-    @app.get("/v1/jobs/{job_id}", dependencies=auth)
-    async def get_job(job_id: str):
-        return await asyncio.to_thread(jobs.get, job_id)
-
-    @app.get("/v1/jobs/{job_id}/result", dependencies=auth)
-    async def job_result(job_id: str, format: str | None = None):
-        if format is not None and format not in RESULT_FORMATS:
-            raise bad_request(f"format {format!r} is not one of {', '.join(RESULT_FORMATS)}",
-                              "format")  # fmt: skip
-        f, data = await asyncio.to_thread(jobs.result, job_id)
-        fmt = format or f.response_format
-        if fmt == "deskscribe":
-            return JSONResponse(data)
-        out = body(Transcript.from_dict(data), fmt, granularities=f.granularities,
-                   include_logprobs=f.include_logprobs, task=f.task)  # fmt: skip
-        if isinstance(out, dict):
-            return JSONResponse(out)
-        return PlainTextResponse(out, media_type=MEDIA_TYPES.get(fmt, "text/plain"))
-
-    @app.delete("/v1/jobs/{job_id}", dependencies=auth)
-    async def delete_job(job_id: str):
-        return await asyncio.to_thread(jobs.delete, job_id)

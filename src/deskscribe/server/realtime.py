@@ -35,20 +35,16 @@ import binascii
 import contextlib
 import json
 import logging
-import queue
-import threading
-from dataclasses import dataclass, field
 
-import numpy as np
 from fastapi import WebSocket
 
-from ..errors import DeskScribeError
 from .config import bearer, key_matches
 from .errors import ApiError
-from .formats import word_logprob
+from .realtime_decoder import Decoder
 from .realtime_protocol import (
     Settings,
     beta_session,
+    clip,
     error_event,
     ga_session,
     invalid,
@@ -59,11 +55,13 @@ from .realtime_protocol import (
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000  # the engine's rate
-PIECE = SAMPLE_RATE // 10  # audio is fed to the VAD in 100 ms pieces: one end per piece at most
-MIN_COMMIT = SAMPLE_RATE // 10  # OpenAI refuses to commit less than 100 ms
 QUEUED_BYTES = 24000 * 2 * 20  # audio waiting for the decoder (20 s at 24 kHz); then backpressure
+MAX_APPEND_SECONDS = 30.0  # audio one append may carry (clients send 20-500 ms)
+WS_MAX_BYTES = 4 * 1024 * 1024  # one WebSocket message (uvicorn's ws_max_size): 30 s fits
+WS_QUEUE = 4  # messages read ahead of the session (uvicorn's ws_max_queue; its default: 32)
+BURST_SECONDS = 60.0  # audio taken at once before the speed limit applies
 OUTBOX_EVENTS = 4096  # events waiting for the client; more: it is not reading, so it is closed
+OUTBOX_BYTES = 8 * 1024 * 1024  # ... or this much of them
 CLIENT_EVENTS = (
     "session.update, transcription_session.update, input_audio_buffer.append, "
     "input_audio_buffer.commit, input_audio_buffer.clear"
@@ -76,340 +74,6 @@ CONVERSATION_EVENTS = frozenset(
 )  # fmt: skip
 
 
-@dataclass
-class Item:
-    id: str
-    start: int  # session sample (16 kHz) where its audio starts
-    text: str = ""
-    logprobs: list = field(default_factory=list)  # per word, when the session includes them
-
-
-class Decoder(threading.Thread):
-    """One session's engine, on its own thread: takes commands from ``inbox`` in order
-    (audio, commit, clear, update, stop) and reports protocol events through ``emit``
-    (thread-safe; never blocks)."""
-
-    def __init__(self, state, sid: str, emit, taken, abort, default_name: str | None):
-        super().__init__(name=f"realtime-{sid[-6:]}", daemon=True)
-        self.state, self.sid = state, sid
-        self.emit, self.taken = emit, taken  # taken(n): n bytes of queued audio consumed
-        self.abort = abort  # the thread cannot go on: the connection is closed
-        self.default_name = default_name
-        self.inbox: queue.Queue = queue.Queue()  # bounded by the loop's byte budget
-        self.stopped = threading.Event()
-        self.settings = Settings()
-        self.model = None
-        self.model_key: tuple | None = None  # (requested name, folder) of self.model
-        self.transcriber = None
-        self.resampler = None
-        self.offset = 0  # session samples before the current transcriber's first one
-        self.uncommitted = 0  # samples since the last commit, clear or VAD end
-        self.item: Item | None = None
-        self.previous: str | None = None  # the last committed item's id
-        self.emitted: dict[int, int] = {}  # open segment id -> its words already sent
-        self.load_failed = False  # reported once; audio is dropped until an update
-
-    # ------------------------------------------------------------------ loop
-
-    def run(self) -> None:
-        try:
-            while not self.stopped.is_set():
-                batch = [self.inbox.get()]
-                with contextlib.suppress(queue.Empty):
-                    while True:
-                        batch.append(self.inbox.get_nowait())
-                fed = 0
-                for cmd in batch:
-                    if cmd[0] == "stop" or self.stopped.is_set():
-                        return
-                    fed += self._guarded(cmd)
-                if fed and self.transcriber is not None:
-                    # More than two steps of audio came in during the last pass: behind real
-                    # time, so skip the tentative pass; utterance ends still commit the text.
-                    step = self.transcriber.step_samples  # grows while passes are slow
-                    self._guarded(("process", fed <= 2 * step))
-        except Exception:
-            log.exception("realtime session %s failed", self.sid)
-            self.emit(error_event("the transcription engine failed; see the server log",
-                                  type="server_error", code="server_error"))  # fmt: skip
-            self.abort()
-        finally:
-            self.stopped.set()
-
-    def _guarded(self, cmd) -> int:
-        """Run one command; a failure ends the current item (``failed``), not the session."""
-        kind = cmd[0]
-        try:
-            if kind == "audio":
-                return self._audio(cmd[1])
-            if kind == "process":
-                self._words(self.transcriber.process(interim=cmd[1]))
-            elif kind == "commit":
-                self._commit(cmd[1])
-            elif kind == "clear":
-                self._clear()
-            elif kind == "update":
-                self._update(*cmd[1:])
-        except Exception as e:
-            log.exception("realtime session %s: %s failed", self.sid, kind)
-            self._fail(f"{type(e).__name__}: {e}"[:300])
-        finally:
-            if kind == "audio":
-                self.taken(len(cmd[1]))
-        return 0
-
-    # ------------------------------------------------------------------ commands
-
-    def _audio(self, pcm: bytes) -> int:
-        if not self._ready():
-            return 0
-        self.state.metrics.audio_seconds.labels("realtime").inc(len(pcm) / 2 / self.settings.rate)
-        x = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-        if self.resampler is not None:
-            x = self.resampler.resample_chunk(x)
-        self._feed(x)
-        return x.shape[0]
-
-    def _feed(self, x: np.ndarray) -> None:
-        t = self.transcriber
-        for i in range(0, x.shape[0], PIECE):
-            piece = x[i : i + PIECE]
-            if self.settings.vad is None and self.item is None:
-                self.item = Item(new_id("item"), self.offset + t.total)
-            changes = t.add_audio(piece)
-            self.uncommitted += piece.shape[0]
-            if self.settings.vad is None:
-                continue  # the transcriber's VAD still shapes its passes; items are the client's
-            for kind, at in changes:
-                if kind == "start":
-                    self._speech_started(at)
-                else:
-                    self._speech_stopped(at)
-
-    def _speech_started(self, at: int) -> None:
-        if self.item is not None:  # a start without an end (cannot happen; be safe)
-            self._complete([])
-        pad = self.transcriber.options.speech_pad_ms * SAMPLE_RATE // 1000
-        start = self.offset + max(0, at - pad)
-        self.item = Item(new_id("item"), start)
-        self.emit({"type": "input_audio_buffer.speech_started",
-                   "audio_start_ms": _ms(start), "item_id": self.item.id})  # fmt: skip
-
-    def _speech_stopped(self, at: int) -> None:
-        t = self.transcriber
-        pad = t.options.speech_pad_ms * SAMPLE_RATE // 1000
-        end = min(at + pad, t.total)
-        if self.item is None:
-            self.item = Item(new_id("item"), self.offset + at)
-        self.emit({"type": "input_audio_buffer.speech_stopped",
-                   "audio_end_ms": _ms(self.offset + end), "item_id": self.item.id})  # fmt: skip
-        self._committed()
-        self.uncommitted = max(0, t.total - end)
-        # The utterance's last pass, now: its words are this item's, none of the next one's.
-        self._complete(self._new_words(t.process(interim=False)), end=self.offset + end)
-
-    def _commit(self, client_event_id: str | None) -> None:
-        if not self._ready():
-            return
-        if self.resampler is not None:  # the resampler's tail, then it starts afresh
-            tail = self.resampler.resample_chunk(np.zeros(0, np.float32), last=True)
-            self.resampler.clear()
-            self._feed(tail)
-        if self.uncommitted < MIN_COMMIT and (self.item is None or self.settings.vad is None):
-            self.emit(error_event(
-                f"Error committing input audio buffer: buffer too small. Expected at least "
-                f"100ms of audio, but buffer only has {_ms(self.uncommitted):.2f}ms of audio.",
-                code="input_audio_buffer_commit_empty", client_event_id=client_event_id))  # fmt: skip
-            return
-        t = self.transcriber
-        if self.item is None:
-            self.item = Item(new_id("item"), self.offset + t.total - self.uncommitted)
-        self._committed()
-        self.uncommitted = 0
-        self._complete(self._new_words(t.finish()), end=self.offset + t.total)
-
-    def _clear(self) -> None:
-        """Drop audio not yet committed: the item being spoken (its deltas stand, it gets
-        no ``completed``) and the transcriber's buffer."""
-        self.item = None
-        self.uncommitted = 0
-        if self.transcriber is not None:
-            self._rebuild()
-        self.emit({"type": "input_audio_buffer.cleared"})
-
-    def _update(self, patch: dict, kind: str, client_event_id: str | None) -> None:
-        new = self.settings.apply(patch)
-        try:
-            model, key, name = self._load(new)
-        except ApiError as e:
-            self.emit(error_event(e.message, code=e.code, param=_param(e.param, kind),
-                                  client_event_id=client_event_id))  # fmt: skip
-            return
-        problem = _language_problem(model, new.language)
-        if problem:
-            param = "session.audio.input.transcription.language" if kind == "session.update" \
-                else "session.input_audio_transcription.language"  # fmt: skip
-            self.emit(error_event(problem, code="invalid_value", param=param,
-                                  client_event_id=client_event_id))  # fmt: skip
-            return
-        old = self.settings
-        engine = self.transcriber is None or key != self.model_key or new.changes_engine(old)
-        if engine and self.item is not None:  # a new configuration starts a new item
-            self._commit(None)
-        self.settings, self.model, self.model_key, self.load_failed = new, model, key, False
-        self.default_name = name if new.model is None else self.default_name
-        if engine:
-            self._rebuild()
-        elif new.rate != old.rate:
-            self._new_resampler()
-        body = beta_session if kind == "transcription_session.update" else ga_session
-        self.emit({"type": kind.replace(".update", ".updated"),
-                   "session": body(self.sid, new, self.default_name)})  # fmt: skip
-
-    # ------------------------------------------------------------------ engine
-
-    def _load(self, s: Settings):
-        """(model, key, name) for the settings; ``ApiError`` when it cannot be had."""
-        name, folder = self.state.model_folder(s.model)
-        key = (s.model, str(folder))
-        if key == self.model_key and self.model is not None:
-            return self.model, key, name
-        try:
-            return self.state.models.model(str(folder), self.state.config.device), key, name
-        except DeskScribeError as e:
-            raise ApiError(500, f"the model {name!r} cannot be loaded on this server: {e}",
-                           param="model", code="model_unavailable") from None  # fmt: skip
-
-    def _ready(self) -> bool:
-        """A transcriber to feed (the model loads on first use); False when it cannot load."""
-        if self.transcriber is not None:
-            return True
-        if self.load_failed:
-            return False
-        try:
-            self.model, self.model_key, _ = self._load(self.settings)
-        except ApiError as e:
-            self.load_failed = True
-            self.emit(error_event(e.message + " (the audio is dropped until a session update "
-                                  "names a model that works)", code=e.code,
-                                  param=_param(e.param, "session.update")))  # fmt: skip
-            return False
-        self._rebuild()
-        return True
-
-    def _rebuild(self) -> None:
-        from ..whisper.streaming import OnlineTranscriber
-
-        if self.transcriber is not None:
-            self.offset += self.transcriber.total
-        self.transcriber = OnlineTranscriber(self.model, self.settings.streaming())
-        self.emitted.clear()
-        self._new_resampler()
-
-    def _new_resampler(self) -> None:
-        import soxr
-
-        rate = self.settings.rate
-        self.resampler = (
-            None if rate == SAMPLE_RATE else soxr.ResampleStream(rate, SAMPLE_RATE, 1, "float32")
-        )
-
-    # ------------------------------------------------------------------ items
-
-    def _new_words(self, update) -> list:
-        """Words the update committed that were not sent yet (segments grow word by word)."""
-        words = []
-        for seg in update.segments:
-            words += seg.words[self.emitted.get(seg.id, 0) :]
-            if seg.id == update.open_id:
-                self.emitted[seg.id] = len(seg.words)
-            else:
-                self.emitted.pop(seg.id, None)  # closed: never reported again
-        return words
-
-    def _words(self, update) -> None:
-        """An interim pass: newly committed words are deltas of the item being spoken."""
-        words = self._new_words(update)
-        if words and self.item is None:  # committed outside speech (VAD edge): its own item
-            self.item = Item(new_id("item"), self.offset + int(words[0].start * SAMPLE_RATE))
-        self._delta(words)
-
-    def _delta(self, words) -> None:
-        if not words:
-            return
-        text = "".join(w.text for w in words)
-        if not self.item.text:
-            text = text.lstrip()
-        if text:
-            self.item.text += text
-            event = {"type": "conversation.item.input_audio_transcription.delta",
-                     "item_id": self.item.id, "content_index": 0, "delta": text}  # fmt: skip
-            if self.settings.logprobs:
-                event["logprobs"] = [word_logprob(w) for w in words]
-                self.item.logprobs += event["logprobs"]
-            self.emit(event)
-
-    def _committed(self) -> None:
-        self.emit({"type": "input_audio_buffer.committed", "item_id": self.item.id,
-                   "previous_item_id": self.previous})  # fmt: skip
-        self.previous = self.item.id
-
-    def _complete(self, words, end: int | None = None) -> None:
-        item = self.item
-        self._delta(words)
-        end = end if end is not None else self.offset + self.transcriber.total
-        event = {"type": "conversation.item.input_audio_transcription.completed",
-                 "item_id": item.id, "content_index": 0, "transcript": item.text,
-                 "usage": {"type": "duration",
-                           "seconds": round(max(0, end - item.start) / SAMPLE_RATE, 3)}}  # fmt: skip
-        if self.settings.logprobs:
-            event["logprobs"] = item.logprobs
-        self.emit(event)
-        self.item = None
-        self.transcriber.forget_segments()  # sent: nothing of it needs to stay
-
-    def _fail(self, message: str) -> None:
-        """A pass failed: the item in progress is reported failed and the engine restarts."""
-        if self.item is not None:
-            self.emit({"type": "conversation.item.input_audio_transcription.failed",
-                       "item_id": self.item.id, "content_index": 0,
-                       "error": {"type": "server_error", "code": "transcription_failed",
-                                 "message": f"transcription failed: {message}",
-                                 "param": None}})  # fmt: skip
-            self.item = None
-        else:
-            self.emit(error_event(f"transcription failed: {message}", type="server_error",
-                                  code="transcription_failed"))  # fmt: skip
-        if self.model is not None:
-            with contextlib.suppress(Exception):
-                self._rebuild()
-
-
-def _ms(samples: int) -> int:
-    return int(samples * 1000 // SAMPLE_RATE)
-
-
-def _param(param: str | None, kind: str) -> str | None:
-    if param != "model":
-        return param
-    if kind == "transcription_session.update":
-        return "session.input_audio_transcription.model"
-    return "session.audio.input.transcription.model"
-
-
-def _language_problem(model, language: str | None) -> str | None:
-    tk = model.tokenizer
-    if not language:
-        return None
-    if not tk.multilingual and language != "en":
-        return (f"this server's model is English-only; it cannot transcribe {language!r}. "
-                "Name a multilingual model, or leave the language out")  # fmt: skip
-    if tk.multilingual and language not in tk.language_ids:
-        return (f"unknown language {language!r}; use an ISO-639-1 code such as "
-                f"{', '.join(sorted(tk.language_ids)[:12])}, …")  # fmt: skip
-    return None
-
-
 # --------------------------------------------------------------------------- the connection
 
 
@@ -420,8 +84,11 @@ class Connection:
         self.ws, self.state = ws, state
         self.loop = asyncio.get_running_loop()
         self.sid = new_id("sess")
-        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.outbox: asyncio.Queue = asyncio.Queue()  # JSON text of events to send
+        self.outbox_bytes = 0
         self.queued = 0  # bytes of audio the decoder has not taken yet
+        self.audio_seconds = 0.0  # taken from the client so far
+        self.opened = self.loop.time()
         self.room = asyncio.Event()
         self.room.set()
         self.aborted: tuple[int, str] | None = None
@@ -462,6 +129,8 @@ class Connection:
             kind = "transcription_session.created" if self.beta else "session.created"
             self._post({"type": kind, "session": body(self.sid, Settings(), default_name)})
             await self._receive_loop()
+            if self.aborted is not None:  # the loop saw it first: take the abort's cancel now
+                await asyncio.sleep(0)
         except asyncio.CancelledError:
             if self.aborted is None:
                 raise
@@ -474,9 +143,22 @@ class Connection:
                 self.decoder.inbox.put(("stop",))
             sender.cancel()
             if self.aborted is not None:
-                code, reason = self.aborted
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.ws.close(code=code, reason=reason), 5)
+                await self._close(*self.aborted)
+
+    async def _close(self, code: int, reason: str) -> None:
+        """Close with ``code``, waiting up to 5 s. A client that reads nothing cannot take the
+        close frame either, and the WebSocket library would hold its socket open, with our
+        events queued in it, until it did: such a connection is reset instead."""
+        closing = asyncio.ensure_future(self.ws.close(code=code, reason=reason))
+        wait = 0.0 if reason == "client_not_reading" else 5.0
+        done, _ = await asyncio.wait({closing}, timeout=wait)
+        if closing in done and not closing.exception():
+            return
+        watch = self.state.connections
+        if watch is not None:
+            watch.abort(self.ws.scope.get("client"))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(closing), 5)
 
     def _refusal(self) -> tuple[int, dict] | None:
         """(close code, error event) when this connection may not have a session."""
@@ -516,7 +198,9 @@ class Connection:
 
     async def _receive_loop(self) -> None:
         idle = self.state.config.realtime_idle_seconds or None
-        while True:
+        # ``aborted`` is checked as well as the task's cancel: Python 3.11's wait_for can
+        # swallow a cancel that lands as the message arrives, and the session would go on.
+        while self.aborted is None:
             try:
                 message = await asyncio.wait_for(self.ws.receive(), idle)
             except TimeoutError:
@@ -566,8 +250,8 @@ class Connection:
                 raise invalid(f"{kind} is not supported in a transcription session; this "
                                f"server takes {CLIENT_EVENTS}", "type")  # fmt: skip
             else:
-                raise invalid(f"unknown event type {kind!r}; this server takes {CLIENT_EVENTS}",
-                               "type", "unknown_event_type")  # fmt: skip
+                raise invalid(f"unknown event type {clip(kind)!r}; this server takes "
+                               f"{CLIENT_EVENTS}", "type", "unknown_event_type")  # fmt: skip
         except ApiError as e:
             self._post(error_event(e.message, code=e.code, param=e.param, client_event_id=cid))
 
@@ -586,12 +270,29 @@ class Connection:
                            "bytes each", "audio", "invalid_audio")  # fmt: skip
         if not pcm:
             return
+        seconds = len(pcm) / 2 / self.decoder.settings.rate
+        if seconds > MAX_APPEND_SECONDS:
+            raise invalid(f"one append carries {seconds:.0f} s of audio; send at most "
+                           f"{MAX_APPEND_SECONDS:g} s per append (clients send 20-500 ms)",
+                           "audio", "invalid_audio")  # fmt: skip
+        await self._pace(seconds)
         # Backpressure: while the decoder holds this much, stop reading the socket.
         while self.queued and self.queued + len(pcm) > QUEUED_BYTES:
             self.room.clear()
             await self.room.wait()
         self.queued += len(pcm)
         self.decoder.inbox.put(("audio", pcm))
+
+    async def _pace(self, seconds: float) -> None:
+        """Take audio no faster than ``realtime_max_speed`` times real time once the first
+        ``BURST_SECONDS`` are in: the socket is not read meanwhile, so a client streaming an
+        hour in a minute is slowed down by TCP, not buffered, and a session's decoding cost
+        follows real time."""
+        speed = self.state.config.realtime_max_speed
+        self.audio_seconds += seconds
+        allowed = BURST_SECONDS + speed * (self.loop.time() - self.opened)
+        if self.audio_seconds > allowed:
+            await asyncio.sleep((self.audio_seconds - allowed) / speed)
 
     def _taken(self, n: int) -> None:  # decoder thread
         self._threadsafe(self._release, n)
@@ -619,12 +320,14 @@ class Connection:
     def _post(self, event: dict) -> None:
         if self.aborted is not None:
             return
-        if self.outbox.qsize() >= OUTBOX_EVENTS:
+        text = json.dumps(self._stamp(event))
+        if self.outbox.qsize() >= OUTBOX_EVENTS or self.outbox_bytes + len(text) > OUTBOX_BYTES:
             log.warning("realtime session %s: the client does not read its events; closing",
                         self.sid)  # fmt: skip
             self._abort(1008, "client_not_reading")
             return
-        self.outbox.put_nowait(self._stamp(event))
+        self.outbox_bytes += len(text)
+        self.outbox.put_nowait(text)
 
     def _abort(self, code: int, reason: str) -> None:
         if self.aborted is None:
@@ -641,9 +344,10 @@ class Connection:
 
     async def _send_loop(self) -> None:
         while True:
-            event = await self.outbox.get()
+            text = await self.outbox.get()
+            self.outbox_bytes -= len(text)
             try:
-                await self.ws.send_text(json.dumps(event))
+                await self.ws.send_text(text)
             except Exception:  # the client went away; the receive loop ends the session
                 return
 

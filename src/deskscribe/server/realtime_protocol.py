@@ -2,7 +2,7 @@
 shapes of it carry (GA ``session.update`` with ``session.audio.input.*``, beta
 ``transcription_session.update`` with ``input_audio_*``), checked field by field with messages
 that name the field, the ``session`` objects sent back, and the ``error`` event. The
-connection and the decoding live in ``realtime.py``."""
+connection lives in ``realtime.py``, the decoding in ``realtime_decoder.py``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
 
+def clip(text: str, n: int = 64) -> str:
+    """A client's string as echoed back in a message: at most ``n`` characters."""
+    return text if len(text) <= n else text[:n] + "…"
+
+
 def error_event(
     message: str,
     *,
@@ -28,9 +33,12 @@ def error_event(
     client_event_id: str | None = None,
     type: str = "invalid_request_error",
 ) -> dict:
-    """OpenAI's error event (``RealtimeErrorEvent``)."""
-    return {"type": "error", "error": {"type": type, "code": code, "message": message,
-                                       "param": param, "event_id": client_event_id}}  # fmt: skip
+    """OpenAI's error event (``RealtimeErrorEvent``). What a client sent is echoed clipped
+    (an event id, a value in a message): an error never costs more than the event did."""
+    event_id = clip(client_event_id, 128) if client_event_id is not None else None
+    return {"type": "error", "error": {"type": type, "code": code, "message": clip(message, 1024),
+                                       "param": clip(param, 128) if param else param,
+                                       "event_id": event_id}}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- settings

@@ -6,6 +6,7 @@ Shared by ``POST /v1/audio/transcriptions`` / ``translations`` and the job API.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -15,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..audio.decode import MediaError, probe
+from ..audio.decode import MediaError, MediaTooLongError, probe
+from ..audio.transcode import transcode
 from ..audio.vad import VadOptions
 from ..errors import Cancelled, EngineError
 from ..models.store import ModelNotInstalledError
@@ -185,27 +187,57 @@ def transcribe_options(f: Fields) -> TranscribeOptions:
 
 
 def check_media(path: Path, filename: str, max_seconds: float, what: str = "request"):
-    """The stored upload's ``MediaInfo``; 400 when it is no audio or video (the message names
-    the file as the client called it), 413 when it is longer than ``max_seconds``."""
+    """The stored upload's ``MediaInfo`` from its headers, for an answer before the request
+    waits for a worker: 400 when it is no audio or video container the server takes (a
+    playlist is refused; the message names the file as the client called it), 413 when it
+    claims to be longer than ``max_seconds``. A claim only: `decoded` measures."""
     try:
-        info = probe(path)
+        info = probe(path, untrusted=True)
     except MediaError as e:
-        message = str(e).replace(path.name, filename)
-        raise bad_request(f"the uploaded file could not be read: {message}", "file") from None
+        raise _unreadable(e, path, filename, "read") from None
     if info.duration is not None and info.duration > max_seconds:
         raise too_long(info.duration, max_seconds, what)
     return info
+
+
+def _unreadable(e: MediaError, path: Path, filename: str, how: str) -> ApiError:
+    message = str(e).replace(path.name, filename)
+    return bad_request(f"the uploaded file could not be {how}: {message}", "file")
+
+
+@contextlib.contextmanager
+def decoded(path: Path, filename: str, max_seconds: float, cancel=None, what="request"):
+    """The upload decoded once, safely (``audio.transcode``: real media only, at most
+    ``max_seconds`` of decoded audio) into a WAV of ours beside it, which every later step
+    reads; removed afterwards. 400 / 413 as `check_media`, on what was decoded."""
+    wav = path.with_name(path.name + ".decoded.wav")
+    wav.unlink(missing_ok=True)  # left by a server killed mid-job
+    try:
+        transcode(path, wav, max_seconds=max_seconds, cancel=cancel)
+    except MediaTooLongError as e:
+        raise too_long(e.seconds, max_seconds, what) from None
+    except MediaError as e:
+        raise _unreadable(e, path, filename, "decoded") from None
+    try:
+        yield wav
+    finally:
+        with contextlib.suppress(OSError):
+            wav.unlink()
 
 
 def too_long(seconds: float, max_seconds: float, what: str = "request") -> ApiError:
     hint = " (use the job API, or split it)" if what == "request" else " (split it)"
     return ApiError(
         413,
-        f"the audio is {seconds / 60:.0f} min long; this server takes at most "
-        f"{max_seconds / 60:.0f} min per {what}{hint}",
+        f"the audio is over {_minutes(min(seconds, max_seconds + 0.1))} long; this server "
+        f"takes at most {_minutes(max_seconds)} per {what}{hint}",
         param="file",
         code="audio_too_long",
     )
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.1f} s"
 
 
 def _transcribe(state, model, path, f: Fields, options, cancel, on_segment, progress):
@@ -243,6 +275,7 @@ def run(
     on_segment: Callable[[Segment], None] | None = None,
     progress=None,
     resolved: tuple[str, Path] | None = None,
+    kind: str = "request",
 ) -> Outcome:
     """Transcribe the stored upload ``path`` (on a worker thread). Raises ``ApiError`` with a
     message that says what is wrong, or ``Cancelled``. ``resolved``, the model's name and
@@ -250,20 +283,24 @@ def run(
     request the lookup and the probe done already."""
     t0 = time.monotonic()
     config = state.config
+    what = "file" if kind == "job" else "request"
     if resolved is None:
-        check_media(path, f.filename, config.max_audio_seconds)
+        check_media(path, f.filename, config.max_audio_seconds, what)
     name, folder = resolved or state.model_folder(f.model)
     try:
         model = state.models.model(str(folder), config.device)
         options = transcribe_options(f)
         # Chunks of requests running at the same time are decoded in shared batches.
-        with state.shared_member() as options.shared:
-            transcript = _transcribe(state, model, path, f, options, cancel, on_segment, progress)
+        with (
+            decoded(path, f.filename, config.max_audio_seconds, cancel, what) as audio,
+            state.shared_member() as options.shared,
+        ):
+            transcript = _transcribe(state, model, audio, f, options, cancel, on_segment,
+                                     progress)  # fmt: skip
     except Cancelled:
         raise
-    except MediaError as e:
-        message = str(e).replace(path.name, f.filename)
-        raise bad_request(f"the uploaded file could not be decoded: {message}", "file") from None
+    except MediaError as e:  # our own WAV: not expected, but named as the client's file
+        raise _unreadable(e, path, f.filename, "decoded") from None
     except DecodingError as e:
         raise bad_request(str(e), "language" if f.language else "model") from None
     except (ModelNotInstalledError, SpeakerModelError) as e:

@@ -124,6 +124,9 @@ class ServerState:
         # Parts with threads of their own (the job dispatcher): start() after the state's,
         # stop() before the work pool shuts down.
         self.services: list = []
+        # The open connections (connections.ConnectionWatch) when served by uvicorn here;
+        # None in a Ray ingress, whose proxy owns the sockets.
+        self.connections = None
 
     def shared_member(self):
         """A transcription's handle on the shared batches (a context manager; ``None`` in it
