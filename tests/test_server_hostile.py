@@ -10,13 +10,10 @@ latency of a normal request during each attack, are ``bench/hostile.py``."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import socket
 import stat
-import struct
-import threading
 import time
 from pathlib import Path
 
@@ -26,42 +23,23 @@ import openai
 import pytest
 
 from conftest import EVAL, espeak, normalize
+from hostile_support import (
+    SlowFlood,
+    chunked_upload,
+    claims_one_second,
+    connect,
+    playlist,
+    realtime_seconds,
+    rss_kib,
+    silent_client,
+    written,
+)
 from media import tone, write_media
 from server_support import make_store, serve
 
 JFK = EVAL / "jfk.flac"
 SECRET = "The vault opens with the code seven four nine on Sunday morning."
 SECRET_WORDS = ("opens", "749", "sunday", "morning")  # as tiny.en hears them
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
-def written(pid: int) -> int:
-    """Bytes the process has passed to write() so far (/proc/PID/io wchar)."""
-    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
-        if line.startswith("wchar:"):
-            return int(line.split()[1])
-    raise AssertionError("no wchar")
-
-
-def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
-    return s
-
-
-def multipart(fields: dict[str, str], filename: str, data: bytes, boundary="b0und") -> bytes:
-    out = b""
-    for name, value in fields.items():
-        out += (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
-                f"{value}\r\n").encode()  # fmt: skip
-    out += (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-            f'filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n').encode()  # fmt: skip
-    return out + data + f"\r\n--{boundary}--\r\n".encode()
 
 
 @pytest.fixture(scope="module")
@@ -113,14 +91,6 @@ def sdk(server, key: str = "-") -> openai.OpenAI:
 # --------------------------------------------------------------------------- 1. playlists
 
 
-def _playlist(path: Path, target: str, entries: int = 1, seconds: float = 10.0) -> Path:
-    lines = ["#EXTM3U", "#EXT-X-TARGETDURATION:10"]
-    for _ in range(entries):
-        lines += [f"#EXTINF:{seconds},", target]
-    path.write_text("\n".join([*lines, "#EXT-X-ENDLIST", ""]))
-    return path
-
-
 def test_a_playlist_upload_reads_no_file_on_the_server(keyed, keys, secret, tmp_path):
     uploads = keyed.data / "server" / "uploads"
     relative = os.path.relpath(secret, uploads)  # "../../…" from where uploads are stored
@@ -128,11 +98,11 @@ def test_a_playlist_upload_reads_no_file_on_the_server(keyed, keys, secret, tmp_
     said = []
     for target, entries, seconds in ((str(secret), 1, 10.0), (relative, 1, 10.0),
                                      (str(secret), 20, 0.1)):  # fmt: skip
-        playlist = _playlist(tmp_path / "talk.m3u8", target, entries, seconds)
+        m3u8 = playlist(tmp_path / "talk.m3u8", target, entries, seconds)
         with pytest.raises(openai.BadRequestError, match="playlists") as err:
-            client.audio.transcriptions.create(file=playlist.open("rb"), model="whisper-1")
+            client.audio.transcriptions.create(file=m3u8.open("rb"), model="whisper-1")
         said.append(str(err.value))
-        r = httpx.post(keyed.base_url + "/jobs", files={"file": playlist.open("rb")},
+        r = httpx.post(keyed.base_url + "/jobs", files={"file": m3u8.open("rb")},
                        headers={"Authorization": f"Bearer {keys['one']}"}, timeout=60)  # fmt: skip
         assert r.status_code == 400, r.text
         said.append(r.text)
@@ -149,17 +119,9 @@ def test_a_playlist_upload_reads_no_file_on_the_server(keyed, keys, secret, tmp_
     assert normalize(disguised) == normalize(heard)
 
 
-def _claims_one_second(path: Path) -> Path:
-    data = bytearray(path.read_bytes())
-    at = data.find(b"\x44\x89\x88")  # Matroska Duration (8-byte float, ms)
-    data[at + 3 : at + 11] = struct.pack(">d", 1000.0)
-    path.write_bytes(bytes(data))
-    return path
-
-
 def test_the_audio_limit_is_measured_on_what_is_decoded(keyed, keys, tmp_path):
     """--max-audio-minutes 0.5: a file whose header says 1 s but that holds 40 s."""
-    liar = _claims_one_second(write_media(tmp_path / "liar.mkv", tone(40.0, 16000), 16000, "flac"))
+    liar = claims_one_second(write_media(tmp_path / "liar.mkv", tone(40.0, 16000), 16000, "flac"))
     client = sdk(keyed, keys["one"])
     with pytest.raises(openai.APIStatusError, match=r"over 30\.0 s long") as err:
         client.audio.transcriptions.create(file=liar.open("rb"), model="whisper-1")
@@ -275,37 +237,10 @@ def test_queued_uploads_are_capped_in_bytes(tmp_path, tiny_fp32):
 # --------------------------------------------------------------------------- 4. bodies
 
 
-def _chunked_upload(port: int, megabytes: int, key: str | None = None) -> bytes:
-    """POST a chunked multipart upload of ``megabytes`` MB; the server's answer."""
-    s = connect(port)
-    auth = f"Authorization: Bearer {key}\r\n" if key else ""
-    s.sendall((f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
-               "Content-Type: multipart/form-data; boundary=b0und\r\n"
-               "Transfer-Encoding: chunked\r\n\r\n").encode())  # fmt: skip
-    head = multipart({"model": "whisper-1"}, "big.wav", b"")[: -len("\r\n--b0und--\r\n")]
-    piece = bytes(1 << 20)
-    try:
-        s.sendall(b"%x\r\n%s\r\n" % (len(head), head))
-        for _ in range(megabytes):
-            s.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
-        s.sendall(b"0\r\n\r\n")
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the server answered and closed: read what it said
-    s.settimeout(30)
-    answer = b""
-    try:
-        while chunk := s.recv(65536):
-            answer += chunk
-    except (ConnectionResetError, TimeoutError):
-        pass
-    s.close()
-    return answer
-
-
 def test_a_chunked_upload_is_cut_off_at_the_limit(open_server):
     pid = open_server.proc.pid
     before = written(pid)
-    answer = _chunked_upload(open_server.port, 60)
+    answer = chunked_upload(open_server.port, 60)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
     assert written(pid) - before <= (25 + 1) * 1024 * 1024, "at most the limit (+1 MiB) written"
     spooled = sum(f.stat().st_size for f in open_server.tmpdir.rglob("*") if f.is_file())
@@ -316,7 +251,7 @@ def test_a_chunked_upload_is_cut_off_at_the_limit(open_server):
 def test_a_wrong_key_is_refused_before_the_body_is_read(keyed):
     pid = keyed.proc.pid
     before = written(pid)
-    answer = _chunked_upload(keyed.port, 30, key="ds-wrong")
+    answer = chunked_upload(keyed.port, 30, key="ds-wrong")
     assert answer.startswith(b"HTTP/1.1 401"), answer[:300]
     assert written(pid) - before < 1024 * 1024
     # A declared size over the limit with no key: 401 too, not 413 (nothing is told to
@@ -336,31 +271,9 @@ def test_slow_headers_and_bodies_are_closed_and_health_answers_meanwhile(tmp_pat
     store = make_store(tmp_path, {"tiny.en-fp32": tiny_fp32})
     server = serve(store, tmp_path / "data", "--header-timeout", "3", "--body-timeout", "3",
                    files_limit=512)  # fmt: skip
-    sockets: list[socket.socket] = []
-    stop = threading.Event()
+    flood = None
     try:
-        for i in range(600):
-            source = f"127.0.0.{2 + i % 10}"
-            try:
-                s = connect(server.port, source)
-            except OSError:
-                continue
-            s.setblocking(False)
-            if i % 2:  # a body that never comes
-                s.send(b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                       b"Content-Type: multipart/form-data; boundary=x\r\n"
-                       b"Content-Length: 1000000\r\n\r\n--x\r\n")  # fmt: skip
-            else:  # headers that never end
-                s.send(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-            sockets.append(s)
-
-        def trickle() -> None:  # a byte a second on each: alive, never done
-            while not stop.wait(1.0):
-                for s in sockets:
-                    with contextlib.suppress(OSError):
-                        s.send(b"a")
-
-        threading.Thread(target=trickle, daemon=True).start()
+        flood = SlowFlood(server.port, 600, [f"127.0.0.{i}" for i in range(2, 12)])
         t0 = time.monotonic()
         answered = 0
         while time.monotonic() - t0 < 4.0:
@@ -370,29 +283,15 @@ def test_slow_headers_and_bodies_are_closed_and_health_answers_meanwhile(tmp_pat
             time.sleep(0.2)
         assert answered >= 3  # each within its 5 s timeout, while the flood was held
         deadline = time.monotonic() + 10
-        open_ = sockets
-        while open_ and time.monotonic() < deadline:
-            open_ = [s for s in open_ if not _closed(s)]
+        while flood.still_open() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not open_, f"{len(open_)} slow sockets still open 14 s after the flood began"
+        left = flood.still_open()
+        assert not left, f"{left} slow sockets still open 14 s after the flood began"
         assert httpx.get(server.url + "/health", timeout=5).status_code == 200
     finally:
-        stop.set()
-        for s in sockets:
-            s.close()
+        if flood is not None:
+            flood.stop()
         server.stop()
-
-
-def _closed(s: socket.socket) -> bool:
-    try:
-        data = s.recv(4096)
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    if data == b"":
-        return True
-    return _closed(s) if data else False
 
 
 # --------------------------------------------------------------------------- 6. realtime
@@ -415,13 +314,13 @@ def test_a_realtime_flood_stays_in_bounded_memory(keyed, keys):
         ws.send(append)
         ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
         ws.recv(timeout=60)
-    before, taken = rss_kib(pid), _realtime_seconds(keyed)
+    before, taken = rss_kib(pid), realtime_seconds(keyed.url, keyed.admin)
     with ws_connect(url, additional_headers=auth, max_size=None) as ws:
         t0 = time.monotonic()
         while time.monotonic() - t0 < 8.0:
             ws.send(append)
         took = time.monotonic() - t0
-        taken = _realtime_seconds(keyed) - taken
+        taken = realtime_seconds(keyed.url, keyed.admin) - taken
         grew = (rss_kib(pid) - before) / 1024
     print(f"realtime flood: {taken:.0f} s of audio taken in {took:.1f} s; RSS +{grew:.0f} MiB")
     # The burst (60 s), 10x real time, and what waits for the decoder (20 s).
@@ -432,15 +331,6 @@ def test_a_realtime_flood_stays_in_bounded_memory(keyed, keys):
         ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * (6 << 20)}))
         with pytest.raises(Exception, match=r"1009|too big"):
             ws.recv(timeout=30)
-
-
-def _realtime_seconds(server) -> float:
-    import re
-
-    metrics = httpx.get(server.url + "/metrics", timeout=10,
-                        headers={"Authorization": f"Bearer {server.admin}"}).text  # fmt: skip
-    found = re.search(r'deskscribe_audio_seconds_total\{kind="realtime"\} (\S+)', metrics)
-    return float(found[1]) if found else 0.0
 
 
 def test_realtime_echoes_are_clipped_and_a_silent_reader_is_closed(keyed, keys):
@@ -455,63 +345,9 @@ def test_realtime_echoes_are_clipped_and_a_silent_reader_is_closed(keyed, keys):
         assert len(error) < 3000 and json.loads(error)["error"]["code"] == "unknown_event_type"
     # A client that sends and never reads (a 4 KiB receive buffer, so the kernel holds
     # little for it): its error events pile up in the server until it is closed.
-    received, closed = _silent_client(keyed.port, url, auth, json.dumps({"type": "y" * 60}))
+    received, closed = silent_client(keyed.port, url, auth, json.dumps({"type": "y" * 60}))
     assert closed, f"still open after {received} events"
     assert "the client does not read its events; closing" in keyed.output()
-
-
-def _silent_client(port: int, url: str, headers: dict, event: str, seconds: float = 8.0):
-    """Send ``event`` over and over for up to ``seconds`` without reading, on a socket with
-    a tiny receive buffer (websockets' sans-I/O client); then read what came: (messages
-    received, whether the server closed the connection: a close frame, EOF or a reset)."""
-    import select
-
-    from websockets.client import ClientProtocol
-    from websockets.frames import Opcode
-    from websockets.uri import parse_uri
-
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    proto = ClientProtocol(parse_uri(url))
-    request = proto.connect()
-    for name, value in headers.items():
-        request.headers[name] = value
-    proto.send_request(request)
-    sock.sendall(b"".join(proto.data_to_send()))
-    while proto.handshake_exc is None and not proto.events_received():
-        proto.receive_data(sock.recv(65536))
-    sock.setblocking(False)
-    deadline = time.monotonic() + seconds
-    pending = b""
-    while time.monotonic() < deadline:
-        if not pending:
-            proto.send_text(event.encode())
-            pending = b"".join(proto.data_to_send())
-        _, writable, _ = select.select([], [sock], [], 0.5)
-        if writable:
-            try:
-                pending = pending[sock.send(pending) :]
-            except OSError:
-                break
-        elif not select.select([], [sock], [], 3.0)[1]:
-            break  # the server stopped reading us
-    sock.setblocking(True)
-    sock.settimeout(15)
-    received, closed = 0, False
-    try:
-        while not closed:
-            data = sock.recv(1 << 20)
-            proto.receive_data(data)
-            for frame in proto.events_received():
-                received += frame.opcode is Opcode.TEXT
-            closed = not data or proto.close_rcvd is not None
-    except ConnectionResetError:
-        closed = True
-    except TimeoutError:
-        pass
-    sock.close()
-    return received, closed
 
 
 # --------------------------------------------------------------------------- 7. the small holes

@@ -143,6 +143,10 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn.Config(app, host=config.host, port=config.port, log_level="info",
                        http=state.connections.protocol_class(), ws="websockets",
                        ws_max_size=WS_MAX_BYTES, ws_max_queue=WS_QUEUE,
+                       # A client streaming faster than the session takes audio is not read
+                       # meanwhile (backpressure): its pong waits behind its audio, and a ping
+                       # timeout would cut it off. Dead sessions end by the idle timeout.
+                       ws_ping_timeout=None,
                        timeout_keep_alive=config.keep_alive,
                        lifespan="on", timeout_graceful_shutdown=10),
         state, args.drain_seconds,
