@@ -141,7 +141,7 @@ def test_ui_stays_responsive_with_eta_and_cancel_while_transcribing(qtbot, windo
     assert ctx.library.get(job.item_id).status == "cancelled"
     with qtbot.waitSignal(files.queue_finished, timeout=300_000):
         files.retry_selected()
-    assert job.status == "done"
+    assert files.queue.row(job.item_id).status == "done"
 
 
 def test_resume_unfinished_jobs_after_a_crash(qtbot, window, ctx, media):
@@ -192,3 +192,26 @@ def test_export_automatically_into_a_folder_never_overwrites(qtbot, window, ctx,
     # The choices are remembered for the next start.
     assert ctx.get("output_formats") == "txt,srt" and ctx.get("export_automatically") is True
     assert ctx.get("output_dir") == str(out)
+
+
+def test_the_window_shows_a_queue_driven_from_outside_it(qtbot, window, ctx, media):
+    """The page follows the service's queue, whoever drives it (a watched folder's thread,
+    a second ``deskscribe FILE``): rows come, run, finish and go without the page's buttons."""
+    import threading
+
+    from deskscribe.service.queue import job_options
+
+    _win, files, _view, _lib = window
+    queue = files.file_queue
+    options = job_options("tiny.en", None, "off")
+    with qtbot.waitSignal(files.queue_finished, timeout=120_000):
+        threading.Thread(target=queue.add, args=([media["fox"], media["broken"]], options)).start()
+    rows = {r.path.name: r for r in files.queue.rows}
+    assert rows["fox.mp3"].status == "done" and rows["broken.mp3"].status == "failed"
+    assert status_cell(files, "fox.mp3") == "Done"
+    assert wer(FOX, ctx.library.load_transcript(rows["fox.mp3"].item_id).text) <= 0.25
+    threading.Thread(target=queue.remove, args=([rows["broken.mp3"].item_id],)).start()
+    qtbot.waitUntil(lambda: [r.path.name for r in files.queue.rows] == ["fox.mp3"],
+                    timeout=10_000)  # fmt: skip
+    threading.Thread(target=queue.clear_finished).start()
+    qtbot.waitUntil(lambda: files.queue.rowCount() == 0, timeout=10_000)

@@ -132,6 +132,7 @@ def test_progress_and_cancel_on_the_server(qtbot, window, ctx, server, long_flac
     with qtbot.waitSignal(files.queue_finished, timeout=30_000):
         qtbot.mouseClick(files.cancel_button, Qt.MouseButton.LeftButton)
     assert time.monotonic() - t0 < 5
+    row = files.queue.row(row.item_id)  # (rows are redrawn from the queue: read it again)
     assert row.status == "cancelled" and status_cell(files, "jfk-16.flac").startswith("Cancelled")
     assert ctx.library.get(row.item_id).status == "cancelled"
     # Cancelled on the server too: its job stopped there, not transcribed for nobody.
@@ -171,13 +172,14 @@ def test_an_unreachable_server_fails_the_file_and_offers_this_computer(qtbot, wi
     assert banner.action.text() == "Transcribe on this computer"
     with qtbot.waitSignal(files.queue_finished, timeout=180_000):
         qtbot.mouseClick(banner.action, Qt.MouseButton.LeftButton)
+    row = files.queue.row(row.item_id)
     assert row.status == "done", row.error
     assert banner.isHidden()
     transcript = ctx.library.load_transcript(row.item_id)
     assert ASK_NOT in normalize(transcript.text)
     assert files.engine._proc is not None  # this computer's engine did it
     assert ctx.get_bool("use_server")  # the setting stays: the next file goes to the server
-    assert files._runner(row.item_id)[1] is True
+    assert files.server() is not None and row.item_id not in files.file_queue._run_here
 
 
 # --------------------------------------------------------------------------- the runner

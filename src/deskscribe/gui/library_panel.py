@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from ..library import Item
 from .queue_model import STATUS_TEXT
+from .table_model import RowTableModel
 from .widgets import Banner, clock, heading
 from .workers import run_in_worker
 
@@ -36,7 +37,9 @@ TITLE, KIND, DATE, LENGTH, STATUS = range(5)
 Index = QModelIndex | QPersistentModelIndex
 
 
-class LibraryModel(QAbstractTableModel):
+class LibraryModel(RowTableModel):
+    COLUMNS = COLUMNS
+
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.items: list[Item] = []
@@ -46,21 +49,10 @@ class LibraryModel(QAbstractTableModel):
         self.items = items
         self.endResetModel()
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.items)
+    def row_objects(self) -> list[Item]:
+        return self.items
 
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section: int, orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        return None
-
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        item, col = self.items[index.row()], index.column()
+    def cell(self, item: Item, _row: int, col: int, role: int):
         if role == Qt.ItemDataRole.DisplayRole:
             if col == TITLE:
                 return item.title
@@ -73,8 +65,6 @@ class LibraryModel(QAbstractTableModel):
             return STATUS_TEXT.get(item.status, item.status)
         if role == Qt.ItemDataRole.ToolTipRole:
             return item.error if col == STATUS and item.error else item.source
-        if role == Qt.ItemDataRole.UserRole:
-            return item
         return None
 
 

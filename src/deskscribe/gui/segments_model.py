@@ -8,7 +8,6 @@ transcript view can autosave; the model also marks find matches and the segment 
 from __future__ import annotations
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QModelIndex,
     QPersistentModelIndex,
     Qt,
@@ -19,6 +18,7 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QTableView
 
 from ..transcript import Transcript
+from .table_model import RowTableModel
 from .widgets import clock, speaker_color
 
 COLUMNS = ("Time", "Speaker", "Text")
@@ -28,7 +28,9 @@ PLAYING_BG = QColor(90, 160, 255, 70)
 Index = QModelIndex | QPersistentModelIndex
 
 
-class SegmentsModel(QAbstractTableModel):
+class SegmentsModel(RowTableModel):
+    COLUMNS = COLUMNS
+
     edited = Signal()  # the transcript changed (text of a segment)
 
     def __init__(self, parent=None) -> None:
@@ -52,25 +54,14 @@ class SegmentsModel(QAbstractTableModel):
 
     # --- Qt model API ----------------------------------------------------------------------
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.transcript.segments)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section: int, orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        return None
+    def row_objects(self) -> list:
+        return self.transcript.segments
 
     def flags(self, index: Index) -> Qt.ItemFlag:
         flags = super().flags(index)
         return flags | Qt.ItemFlag.ItemIsEditable if index.column() == TEXT else flags
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        seg, col = self.transcript.segments[index.row()], index.column()
+    def cell(self, seg, row: int, col: int, role: int):
         if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
             if col == TIME:
                 return clock(seg.start)
@@ -86,9 +77,9 @@ class SegmentsModel(QAbstractTableModel):
             font.setBold(True)
             return font
         if role == Qt.ItemDataRole.BackgroundRole:
-            if index.row() == self.playing:
+            if row == self.playing:
                 return QBrush(PLAYING_BG)
-            if index.row() in self._match_set:
+            if row in self._match_set:
                 return QBrush(MATCH_BG)
         if role == Qt.ItemDataRole.TextAlignmentRole and col == TIME:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)

@@ -75,9 +75,15 @@ class Item:
         return bool(self.transcript_path) and Path(self.transcript_path).is_file()
 
 
+# Options that say how a job is run or what is done with its transcript, not what the
+# transcript is: two jobs that differ only in these are the same transcription.
+NOT_COMPARED = ("export", "untrusted")
+
+
 def options_key(options: dict[str, Any]) -> str:
     """Options in one canonical form, so equal options compare equal as text."""
-    return json.dumps(options, sort_keys=True, separators=(",", ":"), default=str)
+    kept = {k: v for k, v in options.items() if k not in NOT_COMPARED}
+    return json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _now() -> str:

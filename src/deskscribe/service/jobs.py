@@ -26,6 +26,16 @@ class FileJob:
     speakers: str = "off"  # off / auto / N / MIN-MAX / channels
     batched: bool = True  # the faster batched path (same accuracy, bench/README.md)
     vocabulary: str | None = None  # names and jargon to spell as written
+    # What ``deskscribe transcribe`` can ask for besides (the queue keeps the defaults).
+    task: str = "transcribe"
+    beam_size: int | None = 5
+    word_timestamps: bool = False
+    initial_prompt: str | None = None
+    condition_on_previous_text: bool | None = None
+    batch_size: int = 0
+    # Not the user's own pick (a watched folder's): decoded only as real media, once, into a
+    # WAV of ours (``audio.transcode``).
+    untrusted: bool = False
 
 
 @dataclass

@@ -126,7 +126,7 @@ def queue_files(
             continue
         entry = Queued(library.add_file(path, options), path, "queued")
         try:
-            entry.duration = probe(path).duration
+            entry.duration = probe(path, untrusted=bool(options.get("untrusted"))).duration
             library.update(entry.item_id, duration=entry.duration)
         except MediaError as e:
             entry.status, entry.error = "failed", str(e)
@@ -148,8 +148,19 @@ def job_for_item(item: Item, device: str = "auto") -> FileJob:
         languages=tuple(options.get("languages") or ()),
         speakers=str(options.get("speakers") or "off"),
         batched=settings.flag("batched_files", True) if batched is None else bool(batched),
-        vocabulary=settings.get("vocabulary") or None,
+        vocabulary=options.get("vocabulary") or settings.get("vocabulary") or None,
+        untrusted=bool(options.get("untrusted")),
     )
+
+
+def item_exports(item: Item, default: ExportOptions | None) -> ExportOptions | None:
+    """Where an item's transcript goes: its own exports (a watched folder's files carry
+    theirs, automatic), else the queue's."""
+    own = item.options.get("export")
+    if not isinstance(own, dict):
+        return default
+    formats = [str(f) for f in own.get("formats") or () if str(f) in FORMATS] or ["txt"]
+    return ExportOptions(formats, own.get("output_dir") or None, automatic=True)
 
 
 Runner = Callable[..., FileJobResult]  # run(job, progress=..., cancel=...) -> result
@@ -170,6 +181,7 @@ def run_queued_item(
     take it) and the automatic exports. ``progress(fraction, eta_seconds)`` for the caller."""
     item = library.get(item_id)
     source = Path(item.source)
+    export_options = item_exports(item, export_options)
     library.update(item_id, status="running", progress=0.0, error=None)
     report = _Reporter(library, item_id, progress)
     result = run(job_for_item(item, device), progress=report, cancel=cancel)
