@@ -5,7 +5,6 @@ exactly its own text."""
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import threading
 
 import pytest
@@ -36,9 +35,9 @@ def _together(model, shared: SharedBatches, files, cancel=None):
     def one(i: int):
         with shared.member() as member:
             start.wait()  # every member is in before anyone decodes: they may merge
-            opts = dataclasses.replace(OPTIONS, shared=member)
             try:
-                return _texts(transcribe_file(model, files[i], opts, cancel=(cancel or {}).get(i)))
+                return _texts(transcribe_file(model, files[i], OPTIONS, shared=member,
+                                              cancel=(cancel or {}).get(i)))  # fmt: skip
             except TranscriptionCancelled:
                 return None
 

@@ -48,3 +48,12 @@ class Progress(Protocol):
     "transcribe", "speakers", "download"; empty when the work has one stage)."""
 
     def __call__(self, done: float, total: float, stage: str = "") -> None: ...
+
+
+def first_line(err: BaseException | str, limit: int = 300) -> str:
+    """The first line of an error's text (its type's name when it has none), at most
+    ``limit`` characters: what a one-line message can carry of a long native error."""
+    text = str(err).strip()
+    if not text and isinstance(err, BaseException):
+        return type(err).__name__
+    return text.splitlines()[0][:limit] if text else ""

@@ -152,30 +152,10 @@ def _transcribe_pcm(model, pcm: np.ndarray, f, cancel: threading.Event, on_segme
 
 def _failure(e: Exception, name: str, f) -> tuple[int, str, str | None, str | None]:
     """(status, message, param, code) for what went wrong on a replica, as ``requests.run``
-    says it for the local server."""
-    from ..errors import EngineError
-    from ..models.store import ModelNotInstalledError
-    from ..whisper.decoding import DecodingError
-    from ..whisper.model import ModelNotBuiltError
-    from ..whisper.runtime import DeviceError
-
-    if isinstance(e, Cancelled):
-        return 499, "cancelled", None, None
-    if isinstance(e, DecodingError):
-        return 400, str(e), "language" if f.language else "model", None
-    if isinstance(e, ModelNotInstalledError):
-        return 404, f"the model {name!r} is not installed on the cluster: {e}", "model", None
-    if isinstance(e, ModelNotBuiltError):
-        return 500, f"the model {name!r} is broken on the cluster: {e}", None, None
-    if isinstance(e, DeviceError):
-        return 500, f"the cluster's device cannot be used: {e}", None, None
-    if isinstance(e, EngineError):
-        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-        return 500, f"the transcription engine failed: {first}", None, None
-    if isinstance(e, MemoryError):
-        return 503, "a replica ran out of memory; retry later", None, "out_of_memory"
-    log.exception("replica failed on a request")
-    return 500, f"unexpected error on a replica ({type(e).__name__}: {e})", None, None
+    says it for the local server (one mapping: ``service.failures``)."""
+    err = server_requests.api_error(e, f, name)
+    message = err.message.replace("on the server", "on the cluster")
+    return err.status, message, err.param, err.code
 
 
 # ---------------------------------------------------------------------------------- ingress

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DeskScribeError
+from ..service.failures import describe_failure
+from ..whisper.languages import language_problem
 from .errors import ApiError
 from .formats import word_logprob
 from .realtime_protocol import Settings, beta_session, error_event, ga_session, new_id
@@ -100,7 +102,7 @@ class Decoder(threading.Thread):
                 self._update(*cmd[1:])
         except Exception as e:
             log.exception("realtime session %s: %s failed", self.sid, kind)
-            self._fail(f"{type(e).__name__}: {e}"[:300])
+            self._fail(describe_failure(e).text)
         finally:
             if kind == "audio":
                 self.taken(len(cmd[1]))
@@ -193,7 +195,7 @@ class Decoder(threading.Thread):
             self.emit(error_event(e.message, code=e.code, param=_param(e.param, kind),
                                   client_event_id=client_event_id))  # fmt: skip
             return
-        problem = _language_problem(model, new.language)
+        problem = language_problem(model.tokenizer, new.language)
         if problem:
             param = "session.audio.input.transcription.language" if kind == "session.update" \
                 else "session.input_audio_transcription.language"  # fmt: skip
@@ -343,16 +345,3 @@ def _param(param: str | None, kind: str) -> str | None:
     if kind == "transcription_session.update":
         return "session.input_audio_transcription.model"
     return "session.audio.input.transcription.model"
-
-
-def _language_problem(model, language: str | None) -> str | None:
-    tk = model.tokenizer
-    if not language:
-        return None
-    if not tk.multilingual and language != "en":
-        return (f"this server's model is English-only; it cannot transcribe {language!r}. "
-                "Name a multilingual model, or leave the language out")  # fmt: skip
-    if tk.multilingual and language not in tk.language_ids:
-        return (f"unknown language {language!r}; use an ISO-639-1 code such as "
-                f"{', '.join(sorted(tk.language_ids)[:12])}, …")  # fmt: skip
-    return None

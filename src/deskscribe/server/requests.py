@@ -19,12 +19,9 @@ from pathlib import Path
 from ..audio.decode import MediaError, MediaTooLongError, probe
 from ..audio.transcode import transcode
 from ..audio.vad import VadOptions
-from ..errors import Cancelled, EngineError
-from ..models.store import ModelNotInstalledError
-from ..speakers.encoder import SpeakerModelError
+from ..errors import Cancelled
+from ..service.failures import Kind, describe_failure
 from ..transcript import Segment, Transcript
-from ..whisper.decoding import DecodingError
-from ..whisper.model import ModelNotBuiltError
 from ..whisper.options import TranscribeOptions
 from .errors import ApiError, bad_request
 from .formats import FORMATS
@@ -167,7 +164,15 @@ def _chunking(raw: str | None) -> dict | None:
 
 
 def transcribe_options(f: Fields) -> TranscribeOptions:
-    opt = TranscribeOptions(
+    vad = None
+    if f.chunking and f.chunking.get("type") == "server_vad":
+        c = f.chunking
+        vad = VadOptions(
+            threshold=float(c.get("threshold", 0.5)),
+            min_silence_ms=int(c.get("silence_duration_ms", 500)),
+            speech_pad_ms=int(c.get("prefix_padding_ms", 200)),
+        )
+    return TranscribeOptions(
         language=f.language,
         languages=tuple(f.languages),
         task=f.task,
@@ -175,15 +180,8 @@ def transcribe_options(f: Fields) -> TranscribeOptions:
         initial_prompt=f.prompt,
         word_timestamps="word" in f.granularities or f.include_logprobs,
         batched=True,
+        vad=vad,
     )
-    if f.chunking and f.chunking.get("type") == "server_vad":
-        c = f.chunking
-        opt.vad = VadOptions(
-            threshold=float(c.get("threshold", 0.5)),
-            min_silence_ms=int(c.get("silence_duration_ms", 500)),
-            speech_pad_ms=int(c.get("prefix_padding_ms", 200)),
-        )
-    return opt
 
 
 def check_media(path: Path, filename: str, max_seconds: float, what: str = "request"):
@@ -240,7 +238,7 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.1f} s"
 
 
-def _transcribe(state, model, path, f: Fields, options, cancel, on_segment, progress):
+def _transcribe(state, model, path, f: Fields, options, cancel, on_segment, progress, shared):
     from ..service.files import transcribe_media
     from ..whisper.transcribe import transcribe_file
 
@@ -254,9 +252,8 @@ def _transcribe(state, model, path, f: Fields, options, cancel, on_segment, prog
             for seg in transcript.segments:
                 on_segment(seg)
         return transcript
-    return transcribe_file(
-        model, path, options, progress=progress, cancel=cancel, on_segment=on_segment
-    )
+    return transcribe_file(model, path, options, progress=progress, cancel=cancel,
+                           on_segment=on_segment, shared=shared)  # fmt: skip
 
 
 @dataclass
@@ -293,31 +290,34 @@ def run(
         # Chunks of requests running at the same time are decoded in shared batches.
         with (
             decoded(path, f.filename, config.max_audio_seconds, cancel, what) as audio,
-            state.shared_member() as options.shared,
+            state.shared_member() as shared,
         ):
             transcript = _transcribe(state, model, audio, f, options, cancel, on_segment,
-                                     progress)  # fmt: skip
-    except Cancelled:
+                                     progress, shared)  # fmt: skip
+    except (Cancelled, ApiError):
         raise
-    except MediaError as e:  # our own WAV: not expected, but named as the client's file
-        raise _unreadable(e, path, f.filename, "decoded") from None
-    except DecodingError as e:
-        raise bad_request(str(e), "language" if f.language else "model") from None
-    except (ModelNotInstalledError, SpeakerModelError) as e:
-        what = (
-            "diarized_json needs a speaker model on the server: "
-            if f.speakers or (f.response_format == "diarized_json")
-            else ""
-        )
-        raise ApiError(400 if what else 404, what + str(e), param="response_format") from None
-    except ModelNotBuiltError as e:
-        raise ApiError(500, f"the model {name!r} is broken on the server: {e}") from None
-    except EngineError as e:
-        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-        raise ApiError(500, f"the transcription engine failed: {first}") from None
-    except MemoryError:
-        raise ApiError(
-            503, "the server ran out of memory; retry later", code="out_of_memory"
-        ) from None
+    except Exception as e:
+        raise api_error(e, f, name, path) from None
     transcript.model = name
     return Outcome(transcript, time.monotonic() - t0, name)
+
+
+def api_error(e: BaseException, f: Fields, name: str, path: Path | None = None) -> ApiError:
+    """The server's answer for a failed transcription: ``service.failures``' message, in the
+    request's terms (the client's file name, the field to fix, the model's name)."""
+    m = describe_failure(e)
+    param = {Kind.MEDIA: "file", Kind.DECODING: "language" if f.language else "model",
+             Kind.MODEL_MISSING: "model", Kind.SPEAKER_MODEL: "response_format"}.get(m.kind)  # fmt: skip
+    text, status = m.text, m.status
+    if m.kind is Kind.MEDIA and path is not None:
+        text = "the uploaded file could not be decoded: " + text.replace(path.name, f.filename)
+    elif m.kind in (Kind.MODEL_MISSING, Kind.SPEAKER_MODEL) and (
+        f.speakers or f.response_format == "diarized_json"
+    ):
+        text, status = "diarized_json needs a speaker model on the server: " + text, 400
+        param = "response_format"
+    elif m.kind is Kind.MODEL_BROKEN:
+        text = f"the model {name!r} is broken on the server: {text}"
+    elif m.kind is Kind.MEMORY:
+        text = "the server ran out of memory; retry later"
+    return ApiError(status, text, param=param, code=m.code)

@@ -9,22 +9,24 @@ queue in the library, see ``service.queue``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from ..audio.decode import MediaError, probe
-from ..errors import Cancelled, EngineError, Progress
+from ..audio.decode import probe
+from ..errors import Cancelled, Progress
+from ..fsutil import private_dir
 from ..models.store import ModelNotInstalledError
 from ..speakers.channels import transcribe_channels
 from ..speakers.diarize import parse_speakers
 from ..speakers.encoder import SpeakerModelError
 from ..transcript import Transcript
-from ..whisper.decoding import DecodingError
-from ..whisper.model import ModelNotBuiltError, WhisperModel
-from ..whisper.runtime import DeviceError
+from ..whisper.model import WhisperModel
 from ..whisper.transcribe import TranscribeOptions, transcribe_file
+from .failures import describe_failure
 from .jobs import FileJob, FileJobResult
 from .speakers import label_file
 
@@ -42,21 +44,24 @@ def transcribe_media(
     cancel: threading.Event | None = None,
     notes: list[str] | None = None,
     warn: Callable[[str], None] | None = None,
+    shared=None,
 ) -> Transcript:
     """The transcript of one media file. ``speakers``: "off"; "channels" (each channel apart,
     one speaker each; a note goes to ``notes`` when that cannot be, e.g. a mono file); or, with
     ``encoder``, "auto" / a count / a range (by voice; known voices named). Without an
     encoder, voices are not labelled. ``progress(done, total, stage)``: stage "" or
-    "transcribe" in seconds of audio, then "speakers"."""
+    "transcribe" in seconds of audio, then "speakers". ``shared``: batches shared with other
+    transcriptions (the team server; see ``whisper.transcribe.transcribe_blocks``)."""
     if speakers == "channels":
         return transcribe_channels(
             model, source, options, progress=progress, cancel=cancel, notes=notes
         )
     if speakers == "off" or encoder is None:
-        return transcribe_file(model, source, options, progress=progress, cancel=cancel)
+        return transcribe_file(model, source, options, progress=progress, cancel=cancel,
+                               shared=shared)  # fmt: skip
     return label_file(
         model, source, encoder, parse_speakers(speakers), options,
-        progress=progress, cancel=cancel, warn=warn,
+        progress=progress, cancel=cancel, warn=warn, shared=shared,
     )  # fmt: skip
 
 
@@ -80,33 +85,44 @@ def run_file_job(
     try:
         if cancel is not None and cancel.is_set():
             raise Cancelled("cancelled before it started")
-        result.duration = probe(job.source).duration
+        result.duration = probe(job.source, untrusted=job.untrusted).duration
         if on_duration is not None:
             on_duration(result.duration)
         model = load_model(job.model, job.device)
         wants_voices = job.speakers not in ("off", "channels")
         encoder = _encoder(load_encoder, job.device, result.notes) if wants_voices else None
-        result.transcript = transcribe_media(
-            model, job.source, transcribe_options(job),
-            speakers=job.speakers, encoder=encoder, progress=progress, cancel=cancel,
-            notes=result.notes,
-        )  # fmt: skip
+        with _readable_source(job, cancel) as source:
+            result.transcript = transcribe_media(
+                model, source, transcribe_options(job),
+                speakers=job.speakers, encoder=encoder, progress=progress, cancel=cancel,
+                notes=result.notes,
+            )  # fmt: skip
+        result.transcript.source = str(job.source)
     except Cancelled:
         return FileJobResult("cancelled", duration=result.duration)
-    except (MediaError, DecodingError, ModelNotInstalledError, ModelNotBuiltError) as e:
-        return _failed(result, str(e))
-    except DeviceError as e:
-        return _failed(result, f"The chosen device cannot be used: {e}")
-    except EngineError as e:
-        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-        return _failed(result, f"The transcription engine failed on this file: {first}")
-    except MemoryError:
-        return _failed(result, "Not enough memory for this file; close other programs.")
-    except Exception as e:  # a bug: still, this file fails alone and the queue goes on
-        log.exception("file job %s failed", job.source)
-        return _failed(result, f"Unexpected error ({type(e).__name__}: {e})")
+    except Exception as e:  # every failure ends in the result, so a queue always goes on
+        return _failed(result, describe_failure(e).text)
     result.status = "done"
     return result
+
+
+@contextlib.contextmanager
+def _readable_source(job: FileJob, cancel: threading.Event | None):
+    """The file to transcribe: the job's own, or, for an untrusted one (a watched folder's),
+    a WAV it is decoded into first, safely (``audio.transcode``), removed afterwards."""
+    if not job.untrusted:
+        yield job.source
+        return
+    from ..audio.transcode import transcode
+    from ..paths import data_dir
+
+    folder = private_dir(data_dir() / "decoded")
+    wav = folder / f"{uuid.uuid4().hex}.wav"
+    try:
+        transcode(job.source, wav, max_seconds=None, cancel=cancel)
+        yield wav
+    finally:
+        wav.unlink(missing_ok=True)
 
 
 def _encoder(load_encoder: LoadEncoder | None, device: str, notes: list[str]):
@@ -164,11 +180,19 @@ def plan_outputs(
 
 
 def transcribe_options(job: FileJob) -> TranscribeOptions:
+    """The engine's options for ``job``: the one place a file job's wishes become them (the
+    file queue, ``deskscribe transcribe`` and ``sessions recover --transcribe``)."""
     return TranscribeOptions(
         language=job.language or None,
         languages=tuple(job.languages),
-        batched=job.batched,
+        task=job.task,
+        beam_size=job.beam_size,
+        word_timestamps=job.word_timestamps,
+        initial_prompt=job.initial_prompt,
         vocabulary=job.vocabulary or None,
+        condition_on_previous_text=job.condition_on_previous_text,
+        batched=job.batched,
+        batch_size=job.batch_size,
     )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EngineError, Progress
+from ..errors import EngineError, Progress, first_line
 from ..speakers.assign import assign_speakers
 from ..speakers.diarize import (
     Diarization,
@@ -65,19 +65,20 @@ def label_file(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     warn: Callable[[str], None] | None = None,
+    shared=None,
 ) -> Transcript:
     """Transcribe ``path`` with word timestamps, label every word with its speaker and name
     the known voices. ``progress`` reports the "transcribe" stage in seconds of audio, then
     "speakers" in windows embedded. When the speaker model fails, the transcript comes back
     without labels and ``warn`` (else the log) says why; fewer voices than asked is said too."""
     transcript, audio = transcribe_words(
-        model, path, transcribe_options, progress=progress, cancel=cancel
+        model, path, transcribe_options, progress=progress, cancel=cancel, shared=shared
     )
     try:
         result = diarize(audio, encoder, options, progress=progress, cancel=cancel)
     except (SpeakerModelError, EngineError, MemoryError) as err:
-        first = (str(err) or type(err).__name__).splitlines()[0][:300]
-        _say(warn, f"speaker labels not added: the speaker model {encoder.name} failed ({first})")
+        _say(warn, f"speaker labels not added: the speaker model {encoder.name} failed "
+                   f"({first_line(err)})")  # fmt: skip
         return transcript
     note = fewer_than_asked(result, options)
     if note:

@@ -445,9 +445,11 @@ def transcribe_words(
     *,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    shared=None,
 ) -> tuple[Transcript, np.ndarray]:
     """The transcript of ``path`` with word timestamps, and its 16 kHz audio (the first half
-    of :func:`diarize_file`, for callers that keep the words when the speaker step fails)."""
+    of :func:`diarize_file`, for callers that keep the words when the speaker step fails;
+    ``shared``: see ``transcribe_blocks``)."""
     from ..audio.decode import decode_audio
     from ..whisper.transcribe import TranscribeOptions, TranscriptionInfo, transcribe_blocks
 
@@ -464,7 +466,14 @@ def transcribe_words(
 
     segments = list(
         transcribe_blocks(
-            model, blocks, topt, total_seconds=duration, progress=report, cancel=cancel, info=info
+            model,
+            blocks,
+            topt,
+            total_seconds=duration,
+            progress=report,
+            cancel=cancel,
+            info=info,
+            shared=shared,
         )
     )
     transcript = Transcript(

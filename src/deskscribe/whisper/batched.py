@@ -82,11 +82,13 @@ def decode_chunks(
     options: TranscribeOptions,
     prompt: list[int],
     cancel: threading.Event | None = None,
+    shared=None,
 ) -> list[DecodingResult]:
     """Decode a batch; windows that need it are retried together at the next temperature.
-    With ``options.shared``, the batch may be decoded together with other transcriptions'
-    (``shared_batches``); each caller still gets only its own windows' results."""
-    if options.shared is not None:
+    With ``shared`` (a ``shared_batches.Member``), the batch may be decoded together with
+    other transcriptions' (the team server); each caller still gets only its own windows'
+    results."""
+    if shared is not None:
         key = (
             language,
             tuple(prompt),
@@ -101,7 +103,7 @@ def decode_chunks(
         def alone(m, audio, halt):
             return _decode_chunks(m, audio, language, options, prompt, halt)
 
-        return options.shared.decode(model, features, key, cancel, alone)
+        return shared.decode(model, features, key, cancel, alone)
     return _decode_chunks(model, features, language, options, prompt, cancel)
 
 
@@ -136,8 +138,10 @@ def transcribe_batched(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     info: TranscriptionInfo | None = None,
+    shared=None,
 ) -> Iterator[Segment]:
-    """Segments of the speech in ``blocks``, in file order, decoded in batches.
+    """Segments of the speech in ``blocks``, in file order, decoded in batches (``shared``:
+    see ``decode_chunks``).
 
     A pipeline: one thread streams the audio through the VAD into chunks; on the CPU one
     lane per thread of the model takes its share of each batch (``batch_size`` chunks in
@@ -155,7 +159,7 @@ def transcribe_batched(
     plan = plan_prompt(tk, model.dims.n_text_ctx, options.vocabulary, options.initial_prompt)
     prompt = plan.prompt(plan.initial)  # the same in every chunk: vocabulary, initial prompt
     pipe = _Pipeline(
-        lane_model, options, language, prompt, lanes, batch_size // lanes, cancel, info
+        lane_model, options, language, prompt, lanes, batch_size // lanes, cancel, info, shared
     )
     total = total_seconds if total_seconds is not None else -1.0
     seg_id, done = 0, 0.0
@@ -185,10 +189,12 @@ def transcribe_batched(
 
 
 class _Halt:
-    """``cancel`` or the pipeline shutting down, as one event for the stages to check."""
+    """``cancel`` or the pipeline shutting down, as one event for the stages to check; and
+    the run's shared-batch handle (``decode_chunks``), which travels with it to the lanes."""
 
-    def __init__(self, cancel: threading.Event | None) -> None:
+    def __init__(self, cancel: threading.Event | None, shared=None) -> None:
         self.cancel = cancel
+        self.shared = shared
         self.closing = threading.Event()
 
     def is_set(self) -> bool:
@@ -203,6 +209,7 @@ class _LaneSteps:
 
     def __init__(self, halt: _Halt) -> None:
         self.halt = halt
+        self.shared = halt.shared
         self.steps = 0
         self.chunks = 0
         self.expected = 1
@@ -231,7 +238,8 @@ class _LaneSteps:
 class _Pipeline:
     """VAD thread → queue of chunks → decoding lanes → results in chunk order."""
 
-    def __init__(self, model, options, language, prompt, lanes, group, cancel, info) -> None:
+    def __init__(self, model, options, language, prompt, lanes, group, cancel, info,
+                 shared=None) -> None:  # fmt: skip
         self.model = model
         self.options = options
         self.language = language
@@ -240,7 +248,7 @@ class _Pipeline:
         self.group = max(1, group)  # chunks a lane decodes together
         self.cancel = cancel
         self.info = info
-        self.halt = _Halt(cancel)
+        self.halt = _Halt(cancel, shared)
         # Bounded: the VAD runs at most one batch ahead of the lanes (memory stays flat).
         self.todo: queue.Queue = queue.Queue(maxsize=lanes * self.group)
         self.done: dict[int, tuple[Chunk, list[Segment]]] = {}
@@ -490,7 +498,8 @@ def _decode_group(model, chunks, features, language, options, prompt, halt):
     when it covers the speech better. Measured on the bench recording (tiny.en): one
     sentence in ten minutes, 0.9 WER points.
     """
-    results = decode_chunks(model, features, language, options, prompt, halt)
+    shared = getattr(halt, "shared", None)
+    results = decode_chunks(model, features, language, options, prompt, halt, shared)
     out = []
     for i, (chunk, result) in enumerate(zip(chunks, results, strict=True)):
         if is_silence(result, options):
@@ -502,7 +511,7 @@ def _decode_group(model, chunks, features, language, options, prompt, halt):
         if todo:
             greedy = dataclasses.replace(options, beam_size=None)
             audio = select(features, todo)
-            again = decode_chunks(model, audio, language, greedy, prompt, halt)
+            again = decode_chunks(model, audio, language, greedy, prompt, halt, shared)
             for j, (i, result) in enumerate(zip(todo, again, strict=True)):
                 if is_silence(result, options):
                     continue

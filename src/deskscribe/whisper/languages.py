@@ -111,3 +111,17 @@ def main_language(parts: Iterable[tuple[str | None, float]]) -> str | None:
         if code:
             totals[code] = totals.get(code, 0.0) + max(seconds, 0.0)
     return max(totals, key=lambda c: totals[c]) if totals else None
+
+
+def language_problem(tk, language: str | None) -> str | None:
+    """Why the model of tokenizer ``tk`` cannot be asked for ``language`` (None: it can, or
+    none is asked for). The one check, for files and for realtime sessions."""
+    if not language:
+        return None
+    if not tk.multilingual and language != "en":
+        return (f"this model is English-only; it cannot transcribe {language!r}. Pick a "
+                "multilingual model, or leave the language out")  # fmt: skip
+    if tk.multilingual and language not in tk.language_ids:
+        return (f"unknown language {language!r}; use a code such as "
+                f"{', '.join(sorted(tk.language_ids)[:12])}, …")  # fmt: skip
+    return None

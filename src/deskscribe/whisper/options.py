@@ -15,8 +15,12 @@ from ..errors import Progress as Progress  # (seconds done, total seconds or -1)
 from .decoding import DecodingOptions, DecodingResult
 
 
-@dataclass
+@dataclass(frozen=True)
 class TranscribeOptions:
+    """What a transcription is asked to do: plain values, frozen (a copy with changes is
+    ``dataclasses.replace``). A live handle (batches shared with other transcriptions) is
+    passed apart, as ``shared=``."""
+
     # None: detected per part (each window, each batched chunk) on multilingual models, so
     # a file that changes language is written in each of its languages; a code forces one.
     language: str | None = None
@@ -51,9 +55,6 @@ class TranscribeOptions:
     batched: bool = False
     batch_size: int = 0
     vad: VadOptions | None = None  # None: batched.default_vad_options()
-    # A ``shared_batches.Member``: the batched path's decode calls may be merged with those of
-    # other transcriptions running at the same time (the team server). None: never merged.
-    shared: object | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

@@ -10,7 +10,7 @@ batch, and hands each caller its own results. Throughput grows with load; a lone
 transcription, or one whose peers are all decoding already, does not wait at all.
 
 Each transcription takes a :class:`Member` (``with shared.member() as m``) and passes it as
-``TranscribeOptions.shared``; the calls of one member are never merged with each other (its
+``transcribe_file(..., shared=)``; the calls of one member are never merged with each other (its
 lanes run side by side on their own threads already).
 
 On the CPU calls are merged only when asked for (``on_cpu``): there the batched path already

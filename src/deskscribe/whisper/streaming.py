@@ -433,9 +433,9 @@ class OnlineTranscriber:
             initial_prompt=(self._prompt_before(start) if same else "") or None,
             vocabulary=self._vocabulary,
             context_pad_seconds=self.options.context_pad_seconds,
+            # Interim passes at temperature 0 only (see the docstring).
+            **({} if final else {"temperatures": (0.0,)}),
         )
-        if not final:
-            options.temperatures = (0.0,)
         offset = start / SAMPLE_RATE
         words: list[Word] = []
         confident = True
