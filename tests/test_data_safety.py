@@ -97,7 +97,7 @@ def test_a_stopped_session_the_library_never_got_is_offered_at_start(data: Path)
     """Stop's library save failed (or the session came from `deskscribe live`, or a restore
     was cut short): the recording is stopped, not interrupted, and still offered."""
     from deskscribe.audio.sessions import list_sessions
-    from deskscribe.gui.recovery import look_for_interrupted, restore_session
+    from deskscribe.service.recovery import look_for_interrupted, restore_session
 
     folder = _recorded_session("the budget is approved")
     assert list_sessions()[0].state == "stopped"

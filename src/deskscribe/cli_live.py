@@ -107,43 +107,15 @@ def _device(kind: str, wanted: str | None):
     return find_device(kind, wanted) if wanted else default_device(kind)
 
 
-def _speaker_encoder(args: argparse.Namespace, models):
-    """The speaker model for live labels; None when off or (by default) none is installed;
-    False after saying why one that was asked for cannot be used."""
-    from .models.store import ModelNotInstalledError
-    from .speakers.encoder import SpeakerModelError
-
-    if args.speakers is False:
-        return None
-    asked = args.speakers or args.speaker_model is not None
-    try:
-        encoder = models.speaker_encoder("cpu", args.speaker_model)
-    except (ModelNotInstalledError, SpeakerModelError) as err:
-        if asked:
-            _err(str(err))
-            return False
-        print(
-            "speakers: off (no speaker model installed; "
-            "`deskscribe models install-speaker-starter` installs one)",
-            file=sys.stderr,
-        )
-        return None
-    print(f"speakers: {encoder.name} ({encoder.kind})", file=sys.stderr)
-    return encoder
-
-
 def live(args: argparse.Namespace) -> int:
     from .audio.devices import CaptureDeviceError, list_devices
     from .audio.sessions import find_interrupted
-    from .models.store import ModelNotInstalledError
-    from .service.live import LiveOptions, LiveSession
-    from .service.live.degrade import fallback_models
+    from .service.failures import describe_failure
+    from .service.live import LiveOptions
+    from .service.live.opening import open_live_session
     from .service.models import ModelCache
-    from .whisper.decoding import DecodingError
-    from .whisper.model import ModelNotBuiltError
-    from .whisper.runtime import DeviceError
+    from .whisper.languages import parse_languages
     from .whisper.streaming import StreamingOptions
-    from .whisper.transcribe import language_set
 
     try:
         if args.list_devices:
@@ -162,39 +134,41 @@ def live(args: argparse.Namespace) -> int:
         _err(str(err))
         return EXIT_USAGE
     models = ModelCache(threads=args.threads)
-    try:
-        model = models.model(args.model, args.compute)
-    except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
-        _err(str(err))
-        return EXIT_USAGE
-    try:
-        languages = language_set(args.languages, model.tokenizer)
-    except DecodingError as err:
-        _err(str(err))
-        return EXIT_USAGE
     for info in find_interrupted():
         _err(
             f"an interrupted session from {info.created:%Y-%m-%d %H:%M} was found; "
             f"recover it with: deskscribe sessions recover {info.id}"
         )
-    encoder = _speaker_encoder(args, models)
-    if encoder is False:
+    asked = args.speakers or args.speaker_model is not None
+    try:
+        languages = parse_languages(args.languages)
+    except ValueError as err:
+        _err(str(err))
         return EXIT_USAGE
-    options = LiveOptions(
-        source=source,
-        mic=mic,
-        system=system,
-        streaming=StreamingOptions(
-            language=args.language, languages=languages, vocabulary=args.vocabulary
-        ),
-        title=args.title,
-    )
-    session = LiveSession(
-        model,
-        options,
-        speaker_encoder=encoder or None,
-        fallback_models=fallback_models(model, args.language),
-    )
+    try:
+        options = LiveOptions(
+            source=source, mic=mic, system=system,
+            streaming=StreamingOptions(language=args.language, languages=languages,
+                                       vocabulary=args.vocabulary),
+            title=args.title,
+        )  # fmt: skip
+        opened = open_live_session(
+            models, options, model=args.model, device=args.compute,
+            speaker_model=args.speaker_model,
+            speakers="off" if args.speakers is False else "required" if asked else "if installed",
+        )  # fmt: skip
+    except Exception as err:  # no model, a broken one, a language it lacks, a speaker model
+        _err(describe_failure(err).text)
+        return EXIT_USAGE
+    session = opened.session
+    if opened.speaker_problem:
+        _err(opened.speaker_problem)
+    encoder = opened.encoder
+    if encoder is not None:
+        print(f"speakers: {encoder.name} ({encoder.kind})", file=sys.stderr)
+    elif args.speakers is not False:
+        print("speakers: off (no speaker model installed; "
+              "`deskscribe models install-speaker-starter` installs one)", file=sys.stderr)  # fmt: skip
     if session.transcriber.vocabulary_note:
         _err(session.transcriber.vocabulary_note)
     tty = sys.stdout.isatty()
@@ -281,20 +255,13 @@ def _add_to_library(stopped, title: str | None) -> None:
     """The session shows in the app's library like one recorded there. If the library cannot
     take it now, the app offers the session at its next start (it lists every session folder
     no library item holds)."""
-    from datetime import datetime
-
     from .library.db import Library, LibraryError
+    from .service.live.opening import archive_session
 
     try:
         library = Library()
         try:
-            item = library.add_live_session(
-                stopped.folder,
-                title or f"Live session {datetime.now():%Y-%m-%d %H:%M}",
-                None,
-                stopped.transcript.duration,
-            )
-            library.save_transcript(item, stopped.transcript)
+            archive_session(library, stopped.folder, stopped.transcript, title=title)
         finally:
             library.close()
     except (LibraryError, OSError) as err:
@@ -382,17 +349,19 @@ def _recover(args: argparse.Namespace, infos: list) -> int:
 
 
 def _retranscribe(args: argparse.Namespace, audio: Path, out_dir: Path) -> int:
+    from . import settings
     from .models.store import ModelNotInstalledError
-    from .service.files import transcribe_media
+    from .service.files import transcribe_media, transcribe_options
+    from .service.jobs import FileJob
     from .service.models import ModelCache
     from .whisper.model import ModelNotBuiltError
-    from .whisper.transcribe import TranscribeOptions
 
     try:
         model = ModelCache().model(args.model)
     except (ModelNotInstalledError, ModelNotBuiltError) as err:
         _err(str(err))
         return EXIT_USAGE
-    transcript = transcribe_media(model, audio, TranscribeOptions())
+    job = FileJob(audio, vocabulary=settings.get("vocabulary") or None)
+    transcript = transcribe_media(model, audio, transcribe_options(job))
     _export(transcript, args.format, out_dir, "transcript.full")
     return EXIT_OK

@@ -7,6 +7,7 @@ signal) into widgets. The model loads on a worker thread; device lists are read 
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -221,27 +222,14 @@ class LivePanel(QWidget):
         self.engine.setText("Loading the model…")
 
         def load(cancel) -> LiveSession | None:
-            from ..whisper.transcribe import check_languages
+            from ..service.live.opening import open_live_session
 
-            model = self.ctx.model()
-            # An English-only model cannot tell the chosen languages apart: say so now.
-            check_languages(model.tokenizer, options.streaming.languages)
-            # Voices get labels as they speak when a speaker model is installed; one that
-            # is installed but broken does not stop the session: it runs unlabelled, and
-            # the window says why (see _loaded).
-            from ..speakers.encoder import SpeakerModelError
-
-            try:
-                encoder = self.ctx.speaker_encoder()
-                self._speaker_problem = None
-            except SpeakerModelError as e:
-                encoder, self._speaker_problem = None, str(e)
-            if cancel.is_set():
-                return None
-            from ..service.live.degrade import fallback_models
-
-            fallbacks = fallback_models(model, options.streaming.language)
-            return LiveSession(model, options, speaker_encoder=encoder, fallback_models=fallbacks)
+            opened = open_live_session(self.ctx.models, options,
+                                       device=self.ctx.get("device", "auto"))  # fmt: skip
+            # A speaker model that is installed but broken does not stop the session: it
+            # runs unlabelled, and the window says why (see _loaded).
+            self._speaker_problem = opened.speaker_problem
+            return None if cancel.is_set() else opened.session
 
         self._loading = run_in_worker(load, on_done=self._loaded, on_error=self._load_failed)
         self._remember_devices(options)
@@ -383,12 +371,10 @@ class LivePanel(QWidget):
         library, transcript, folder = self.ctx.library, event.transcript, event.folder
         title = f"Live session {getattr(self, '_started_at', datetime.now()):%Y-%m-%d %H:%M}"
 
-        def save() -> int:
-            item = library.add_live_session(folder, title, None, transcript.duration)
-            library.save_transcript(item, transcript)
-            return item
+        from ..service.live.opening import archive_session
 
-        run_in_worker(save, on_done=self._saved, on_error=self._save_failed)
+        save = functools.partial(archive_session, library, folder, transcript, title=title)
+        run_in_worker(save, on_done=self._saved, on_error=self._save_failed, name="save-session")
 
     def _saved(self, item_id: int) -> None:
         self.item_id = item_id

@@ -1,13 +1,11 @@
 """After a crash: offer the interrupted live sessions (audio + text) and the unfinished queue.
 
-`look_for_interrupted` and `restore_session` are plain functions (no Qt) run on worker threads;
-`RecoveryDialog` lists what was found and restores the checked entries with progress.
-Declining changes nothing on disk: the same offer comes at the next start.
+What is found and how it is restored is the service's (``service.recovery``, run on worker
+threads); `RecoveryDialog` lists what was found and restores the checked entries with
+progress. Declining changes nothing on disk: the same offer comes at the next start.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -23,73 +21,11 @@ from PySide6.QtWidgets import (
 )
 
 from ..audio.sessions import SessionInfo
-from ..library import Item, Library
-from ..transcript import Segment, Transcript
+from ..library import Item
+from ..service.recovery import Interrupted, restore_all
 from .context import AppContext
 from .widgets import Banner, clock, heading, muted
 from .workers import WorkerHandle, run_in_worker
-
-
-@dataclass
-class Interrupted:
-    sessions: list[SessionInfo] = field(default_factory=list)
-    jobs: list[Item] = field(default_factory=list)
-
-
-def look_for_interrupted(library: Library) -> Interrupted:
-    """Live sessions no process holds that never finished or that no library item holds (a
-    save that failed at Stop, a restore cut short, a session of ``deskscribe live``), and file
-    jobs left queued/running."""
-    from ..audio.sessions import unlisted_sessions
-
-    return Interrupted(unlisted_sessions(library.live_folders()), library.unfinished_jobs())
-
-
-def recovered_transcript(data: dict | None, duration: float, source: str) -> Transcript:
-    """The autosaved transcript, plus the words that were still tentative as a last line."""
-    transcript = Transcript(segments=[])
-    if data and data.get("segments") is not None:
-        try:
-            transcript = Transcript.from_dict(data)
-        except ValueError:
-            transcript = Transcript(segments=[])
-    tentative = str((data or {}).get("tentative") or "").strip()
-    if tentative:
-        last = transcript.segments[-1] if transcript.segments else None
-        start = last.end if last else 0.0
-        next_id = max((s.id for s in transcript.segments), default=-1) + 1
-        transcript.segments.append(
-            Segment(start=start, end=max(start, duration), text=" " + tentative, id=next_id)
-        )
-    transcript.duration = duration
-    transcript.source = source
-    return transcript
-
-
-def restore_session(library: Library, info: SessionInfo) -> int:
-    """Tidy the session's files (`audio.sessions.recover`) and put it in the library."""
-    from ..audio.sessions import recover
-
-    found = recover(info.folder)
-    transcript = recovered_transcript(found.transcript, found.duration_s, str(found.folder))
-    title = info.title or f"Recovered session {info.created:%Y-%m-%d %H:%M}"
-    item_id = library.add_live_session(found.folder, title, info.created, found.duration_s)
-    library.save_transcript(item_id, transcript)
-    return item_id
-
-
-def restore_all(library: Library, sessions: list[SessionInfo], progress, cancel) -> list:
-    done, problems = [], []
-    for i, info in enumerate(sessions):
-        if cancel.is_set():
-            break
-        progress(i, len(sessions))
-        try:
-            done.append(restore_session(library, info))
-        except Exception as exc:  # one damaged session must not stop the others
-            problems.append(f"{info.folder.name}: {exc}")
-    progress(len(sessions), len(sessions))
-    return [done, problems]
 
 
 class RecoveryDialog(QDialog):

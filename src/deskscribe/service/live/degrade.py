@@ -92,12 +92,16 @@ class Degrader:
         return None
 
 
-def fallback_models(model, language: str | None = None) -> dict[str, Callable[[], object]]:
+def fallback_models(
+    model, language: str | None = None, load: Callable[[str, str], object] | None = None
+) -> dict[str, Callable[[], object]]:
     """Loaders of the models a CPU ``model`` can step down to, by step: ``FASTER_MODEL``, its
     installed int8 variant (``tiny.en-fp32`` → ``tiny.en-int8``); ``SMALLER_MODEL``, the
     largest installed model smaller than that (its int8 variant where installed) that
     speaks as many languages: multilingual for a multilingual model, unless the session is
-    set to English, where an English-only model serves too. Empty on a GPU."""
+    set to English, where an English-only model serves too. Empty on a GPU. ``load(folder,
+    device)``: the front end's ``ModelCache.model``, so a model stepped down to is shared like
+    every other (default: a cache of its own)."""
     from ...models.store import folder_size, list_models
 
     if model.runtime.on_gpu:
@@ -105,10 +109,14 @@ def fallback_models(model, language: str | None = None) -> dict[str, Callable[[]
     installed = [m for m in list_models() if m.variant in ("int8", "fp32")]
     family = _family(model.name, model.variant)
     mine = [m for m in installed if _family(m.name, m.variant) == family]
+    if load is None:
+        from ..models import ModelCache
+
+        load = ModelCache().model
     found: dict[str, Callable[[], object]] = {}
     int8 = [m for m in mine if m.variant == "int8"]
     if int8 and model.variant != "int8":
-        found[FASTER_MODEL] = _loader(int8[0].path)
+        found[FASTER_MODEL] = _loader(load, int8[0].path)
     ceiling = min([m.size_bytes for m in mine] or [folder_size(model.folder)])
     english_will_do = not model.tokenizer.multilingual or language == "en"
     smaller = [
@@ -124,7 +132,7 @@ def fallback_models(model, language: str | None = None) -> dict[str, Callable[[]
             key = _family(m.name, m.variant)
             size[key] = min(size.get(key, m.size_bytes), m.size_bytes)
         best = max(smaller, key=lambda m: (size[_family(m.name, m.variant)], m.variant == "int8"))
-        found[SMALLER_MODEL] = _loader(best.path)
+        found[SMALLER_MODEL] = _loader(load, best.path)
     return found
 
 
@@ -132,7 +140,5 @@ def _family(name: str, variant: str) -> str:
     return name.removesuffix(f"-{variant}")
 
 
-def _loader(path) -> Callable[[], object]:
-    from ...whisper.model import WhisperModel
-
-    return lambda: WhisperModel(path, device="cpu")
+def _loader(load: Callable[[str, str], object], path) -> Callable[[], object]:
+    return lambda: load(str(path), "cpu")
