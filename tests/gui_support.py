@@ -4,6 +4,8 @@ and the one measure of how long the UI thread was blocked (`UiLag`)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -146,3 +148,18 @@ class UiLag:
                     stack = traceback.format_stack(frame)[-3:]
                     self.stalls.append("UI thread in: " + "".join(stack))
                 time.sleep(0.1)
+
+
+def start_xvfb(display: str) -> subprocess.Popen:
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (scripts/test.sh installs it)")
+    proc = subprocess.Popen(
+        ["Xvfb", display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    socket = Path("/tmp/.X11-unix") / f"X{display[1:]}"
+    deadline = time.monotonic() + 10
+    while not socket.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc

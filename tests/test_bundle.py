@@ -16,13 +16,13 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import ROOT, espeak, wer
+from gui_support import start_xvfb
 
 BUNDLE = ROOT / "build" / "dist" / "deskscribe"
 EXE = BUNDLE / "deskscribe-cli"
@@ -130,21 +130,6 @@ def test_frozen_transcribe_gives_the_right_text(bundle, store, tmp_path):
     result = frozen(["transcribe", str(clip), "--output-dir", str(out)], store, tmp_path)
     assert result.returncode == 0, result.stderr
     assert wer(text, (out / "clip.txt").read_text()) < 0.2
-
-
-def start_xvfb(display: str) -> subprocess.Popen:
-    if shutil.which("Xvfb") is None:
-        pytest.skip("Xvfb is not installed (scripts/test.sh installs it)")
-    proc = subprocess.Popen(
-        ["Xvfb", display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    socket = Path("/tmp/.X11-unix") / f"X{display[1:]}"
-    deadline = time.monotonic() + 10
-    while not socket.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return proc
 
 
 def test_frozen_app_window_appears_under_xvfb(bundle, store, tmp_path):

@@ -182,3 +182,32 @@ def test_overwrite_never_deletes_a_folder_that_is_not_a_model(
     assert (precious / "thesis.txt").read_text() == "years of work"
     res = run(["models", "build", str(tiny_ct2), "--name", "../escape"], store, tmp_path)
     assert res.returncode == 2 and "not a usable model name" in res.stderr
+
+
+def test_transcribe_with_library_keeps_the_transcripts_in_the_apps_library(
+    store: Path, tmp_path: Path
+) -> None:
+    """Files transcribed in the terminal reach the library the window shows (`--library`,
+    or the `transcribe_library` setting)."""
+    from deskscribe.library import Library
+
+    clip = espeak("Remember to water the plants on Sunday.", tmp_path / "plants.wav", voice="en-gb")
+    env = {"DESKSCRIBE_DATA_DIR": str(tmp_path / "data"),
+           "DESKSCRIBE_SETTINGS": str(tmp_path / "settings.json")}  # fmt: skip
+    res = run_cli(["transcribe", str(clip), "--output-dir", str(tmp_path / "a")], store, tmp_path,
+                  **env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert not (tmp_path / "data" / "library.sqlite3").exists()  # not asked: not kept
+    res = run_cli(["transcribe", str(clip), "--output-dir", str(tmp_path / "b"), "--library"],
+                  store, tmp_path, **env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    library = Library(tmp_path / "data" / "library.sqlite3")
+    [item] = library.search(kind="file")
+    assert item.status == "done" and item.source == str(clip.resolve())
+    assert wer("Remember to water the plants on Sunday.",
+               library.load_transcript(item.id).text) <= 0.2  # fmt: skip
+    assert library.search("plants")  # found by a word said, as in the window
+    run_cli(["config", "transcribe_library", "true"], store, tmp_path, **env)
+    res = run_cli(["transcribe", str(clip), "--output-dir", str(tmp_path / "c")], store, tmp_path,
+                  **env)  # fmt: skip
+    assert res.returncode == 0 and len(library.search(kind="file")) == 2

@@ -45,7 +45,14 @@ def test_first_run_without_a_model_recommends_one_and_installs_it(
     monkeypatch,
 ):
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    window.start_up()
+    # A file given on the command line to the fresh install (`deskscribe FILE`): it waits for
+    # a model, and runs once one is installed, without Retry.
+    wav = espeak("Remember to water the plants on Sunday.", app_env.root / "first.wav")
+    window.start_up(open_files=[wav])  # as `deskscribe FILE` starts the window
+    files = window.files_panel
+    qtbot.waitUntil(lambda: bool(files.queue.rows) and files.queue.rows[0].status == "waiting",
+                    timeout=20_000)  # fmt: skip
+    assert files.queue.data(files.queue.index(0, 2)) == "Waiting for a model"
     qtbot.waitUntil(lambda: getattr(window, "first_run", None) is not None, timeout=20_000)
     dialog: FirstRunDialog = window.first_run
     assert dialog.isVisible()
@@ -85,6 +92,10 @@ def test_first_run_without_a_model_recommends_one_and_installs_it(
     table = window.models_panel.table
     qtbot.waitUntil(lambda: table.rowCount() == 1, timeout=10_000)
     assert table.item(0, 0).text() == "tiny.en-int8"
+    # The file that waited is transcribed by itself.
+    qtbot.waitUntil(lambda: files.queue.rows[0].status == "done", timeout=120_000)
+    text = window.ctx.library.load_transcript(files.queue.rows[0].item_id).text.lower()
+    assert "remember" in text and "sunday" in text, text
 
 
 def test_offline_shows_what_to_do_and_retry_works(qtbot, app_env, hub, monkeypatch):  # noqa: F811

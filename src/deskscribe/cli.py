@@ -8,10 +8,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import threading
 from pathlib import Path
 
-from . import __version__, cli_live, cli_profiles, cli_server
+from . import __version__, cli_live, cli_profiles, cli_server, cli_transcribe, cli_watch
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -29,81 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("transcribe", help="transcribe audio or video files")
-    t.add_argument("files", nargs="+", type=Path)
-    t.add_argument(
-        "--model",
-        help="model name in the store, or a built model folder (default: newest installed)",
-    )
-    t.add_argument(
-        "--language", help="language code, e.g. en, de (default: detected for each part)"
-    )
-    t.add_argument(
-        "--languages",
-        metavar="CODES",
-        help="detect only these languages, e.g. en,de (a file that switches between them)",
-    )
-    t.add_argument("--task", choices=["transcribe", "translate"], default="transcribe")
-    t.add_argument(
-        "--format",
-        default="txt",
-        help="comma-separated: txt,srt,vtt,json,md,csv,docx,rttm (default: txt)",
-    )
-    t.add_argument("--output-dir", type=Path, help="where to write (default: next to each file)")
-    t.add_argument("--overwrite", action="store_true", help="replace existing output files")
-    t.add_argument(
-        "--device", choices=["auto", "cpu", "cuda", "directml", "coreml"], default="auto"
-    )
-    t.add_argument("--threads", type=int, default=0, help="CPU threads (0: ONNX Runtime's choice)")
-    t.add_argument("--beam-size", type=int, default=5, help="1 for greedy decoding")
-    t.add_argument(
-        "--word-timestamps", action="store_true", help="time every word (JSON keeps them)"
-    )
-    t.add_argument("--initial-prompt", help="text that primes vocabulary and style")
-    t.add_argument(
-        "--vocabulary",
-        metavar="WORDS",
-        help='names and jargon to spell as written, comma-separated: "ComfyUI, Kubernetes, '
-        'Dr. Okafor" (in the prompt of every window, with --initial-prompt)',
-    )
-    t.add_argument(
-        "--batched",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="batched path (default): find speech with the VAD and decode 30 s chunks several "
-        "at a time, faster; --no-batched: the sequential path, window after window, each "
-        "conditioned on the text before it",
-    )
-    t.add_argument(
-        "--batch-size", type=int, default=0, help="chunks per batch (0: chosen for the device)"
-    )
-    t.add_argument(
-        "--condition-on-previous-text",
-        action="store_true",
-        help="prompt each window with the text before it (uses the sequential path)",
-    )
-    t.add_argument("--timestamps", action="store_true", help="put [hh:mm:ss] on each TXT line")
-    t.add_argument("--quiet", action="store_true", help="no progress bars")
-    t.add_argument(
-        "--speakers",
-        metavar="auto|N|MIN-MAX",
-        help="label who speaks: auto (count found), a count such as 2, or a range such as 2-4",
-    )
-    t.add_argument(
-        "--speaker-model",
-        metavar="NAME|FOLDER",
-        help="speaker model for --speakers (default: WeSpeaker if installed, else Resemblyzer)",
-    )
-    t.add_argument(
-        "--channels",
-        choices=["mix", "split"],
-        default="mix",
-        help="mix (default): one mix of all channels; split: transcribe each channel on its own "
-        "and label its words by channel (Left, Right, …), for calls recorded with one party "
-        "per channel",
-    )
-    t.add_argument("--ray", metavar="ADDRESS",
-                   help="spread the files over this Ray cluster (auto: the one on this machine)")  # fmt: skip
+    cli_transcribe.add_parser(sub)
+    cli_watch.add_parser(sub)
 
     c = sub.add_parser("config", help="show or change settings")
     c.add_argument("key", nargs="?", help="setting name (none: show all)")
@@ -192,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         if args.command == "transcribe":
-            return _transcribe(args)
+            return cli_transcribe.transcribe(args)
+        if args.command == "watch":
+            return cli_watch.watch(args)
         if args.command == "config":
             return _config(args)
         if args.command == "live":
@@ -211,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _opened_files(argv: list[str]) -> bool:
     """True when every argument is an existing file or folder and none is a command."""
-    commands = {"transcribe", "config", "models", "live", "sessions", "profiles", "serve"}
+    commands = {"transcribe", "watch", "config", "models", "live", "sessions", "profiles", "serve"}
     return argv[0] not in commands and all(not a.startswith("-") and Path(a).exists() for a in argv)
 
 
@@ -418,148 +346,6 @@ def _download(args: argparse.Namespace) -> int:
             bar.close()
     print(path)
     return EXIT_OK
-
-
-def _transcribe(args: argparse.Namespace) -> int:
-    if args.ray:
-        from .cli_cluster import transcribe_on_ray
-
-        return transcribe_on_ray(args)
-
-    from .audio.decode import MediaError
-    from .cli_progress import bar_progress, file_bar
-    from .errors import EngineError
-    from .library.rescue import rescue_note
-    from .models.store import ModelNotInstalledError
-    from .service.files import plan_outputs, transcribe_media
-    from .service.models import ModelCache
-    from .transcript.export import FORMATS, ExportExistsError, export
-    from .whisper.decoding import DecodingError
-    from .whisper.model import ModelNotBuiltError
-    from .whisper.prompt import plan_prompt
-    from .whisper.runtime import DeviceError
-    from .whisper.transcribe import TranscribeOptions, batching_fits, language_set
-
-    formats = list(dict.fromkeys(f.strip().lower() for f in args.format.split(",") if f.strip()))
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        _err(f"unknown format {', '.join(unknown)}; use any of: {','.join(FORMATS)}")
-        return EXIT_USAGE
-    speakers = None
-    if args.channels == "split" and (args.speakers is not None or args.speaker_model is not None):
-        _err("--channels split labels speakers by channel; leave out --speakers/--speaker-model")
-        return EXIT_USAGE
-    models = ModelCache(threads=args.threads)
-    encoder = None
-    if args.speakers is not None or args.speaker_model is not None:
-        setup = _speaker_setup(args, models)
-        if setup is None:
-            return EXIT_USAGE
-        speakers, encoder = setup
-    try:
-        model = models.model(args.model, args.device)
-    except (ModelNotInstalledError, ModelNotBuiltError, DeviceError) as err:
-        _err(str(err))
-        return EXIT_USAGE
-    notes_shown = len(model.runtime.notes)
-    for note in model.runtime.notes:
-        _err(note)
-    try:
-        languages = language_set(args.languages, model.tokenizer)
-    except DecodingError as err:
-        _err(str(err))
-        return EXIT_USAGE
-    options = TranscribeOptions(
-        language=args.language,
-        languages=languages,
-        task=args.task,
-        beam_size=args.beam_size if args.beam_size > 1 else None,
-        word_timestamps=args.word_timestamps,
-        initial_prompt=args.initial_prompt,
-        vocabulary=args.vocabulary,
-        condition_on_previous_text=True if args.condition_on_previous_text else None,
-        batched=args.batched,
-        batch_size=max(0, args.batch_size),
-    )
-    vocabulary = plan_prompt(model.tokenizer, model.dims.n_text_ctx, args.vocabulary)
-    if vocabulary.note:
-        _err(vocabulary.note)
-    unfit = batching_fits(options) if options.batched else None
-    if not args.quiet:
-        path_used = "batched" if options.batched and unfit is None else "sequential"
-        print(
-            f"model {model.name} ({model.variant}) on {model.runtime.label}, {path_used} path"
-            + (f" ({unfit})" if unfit else ""),
-            file=sys.stderr,
-        )
-    failed = 0
-    for path, targets, skipped in plan_outputs(
-        args.files, args.output_dir, formats, args.overwrite
-    ):
-        if skipped is not None:
-            _err(skipped)
-            failed += 1
-            continue
-        cancel = threading.Event()
-        notes: list[str] = []
-        try:
-            with file_bar(path.name, args.quiet) as bar:
-                progress = bar_progress(bar)
-                transcript = transcribe_media(
-                    model, path, options,
-                    speakers="channels" if args.channels == "split" else speakers or "off",
-                    encoder=encoder, progress=progress, cancel=cancel, notes=notes, warn=_err,
-                )  # fmt: skip
-            for note in notes:
-                _err(note)
-        except (MediaError, DecodingError, OSError, ValueError) as err:
-            _err(f"{path}: {err}" if str(path) not in str(err) else str(err))
-            failed += 1
-            continue
-        except (EngineError, MemoryError) as err:  # the engine failed on this file; go on
-            first = (str(err) or type(err).__name__).splitlines()[0][:300]
-            _err(f"{path}: the transcription engine failed ({first})")
-            failed += 1
-            continue
-        try:
-            targets[0].parent.mkdir(parents=True, exist_ok=True)
-            for fmt, target in zip(formats, targets, strict=True):
-                export(
-                    transcript, target, fmt, overwrite=args.overwrite, timestamps=args.timestamps
-                )
-                if not args.quiet:
-                    print(target, file=sys.stderr)
-        except (ExportExistsError, OSError, ValueError) as err:  # keep the work, say where
-            _err(f"{path}: " + rescue_note(transcript, path, f"the export failed ({err})"))
-            failed += 1
-    for note in model.runtime.notes[notes_shown:]:
-        _err(note)
-    return EXIT_FAILED if failed else EXIT_OK
-
-
-def _speaker_setup(args: argparse.Namespace, models):
-    """(the speakers option, the speaker encoder) for --speakers, loaded now so that a missing
-    model is said before any work; None after saying why it cannot be. A speaker model that is
-    there but unusable (corrupt, of an unknown kind) is named, and the files are transcribed
-    without speaker labels: (None, None)."""
-    from .models.store import ModelNotInstalledError
-    from .speakers.diarize import parse_speakers
-    from .speakers.encoder import SpeakerModelError
-    from .whisper.runtime import DeviceError
-
-    try:
-        speakers = args.speakers or "auto"
-        parse_speakers(speakers)
-        encoder = models.speaker_encoder(args.device, args.speaker_model)
-    except SpeakerModelError as err:
-        _err(f"{err}\nspeaker labels are off: the transcripts are written without them")
-        return None, None
-    except (ValueError, ModelNotInstalledError, DeviceError) as err:
-        _err(str(err))
-        return None
-    if not args.quiet:
-        print(f"speakers: {encoder.name} ({encoder.kind})", file=sys.stderr)
-    return speakers, encoder
 
 
 if __name__ == "__main__":

@@ -47,7 +47,13 @@ KNOWN = {
     "computer: true or false (default: false)",
     "server_url": "the DeskScribe server's address, e.g. http://HOST:8000",
     "server_key": "the API key of that server (a secret: kept in this file, readable by you only)",
+    "transcribe_library": "`deskscribe transcribe` keeps its transcripts in the app's library "
+    "too: true or false (default: false)",
+    "watch_folders": "folders whose new files are transcribed by themselves, as JSON: "
+    '[{"path": "/home/me/Recordings", "formats": ["txt", "srt"], "recursive": false}]',
 }
+# Settings that hold a list of objects (JSON in ``deskscribe config``).
+_OBJECT_LISTS = frozenset({"watch_folders"})
 # Settings that are secrets: a front end that lists settings should show them masked. Kept
 # in the settings file as they are: the file is this user's only (0600 in a 0700 folder, see
 # ``save``), as ssh and git keep their credentials; the OS keychain is not reachable from
@@ -93,6 +99,8 @@ class Settings:
     use_server: bool = False  # the file queue sends its files to server_url
     server_url: str | None = None
     server_key: str | None = None  # a secret (SECRETS)
+    transcribe_library: bool = False
+    watch_folders: list[dict] = field(default_factory=list)  # service.watch.WatchFolder's
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -125,6 +133,8 @@ def parse(key: str, value: Any) -> Any:
     default = getattr(Settings(), key)
     if value is None:
         return default
+    if key in _OBJECT_LISTS:
+        return _objects(key, value)
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -140,6 +150,18 @@ def parse(key: str, value: Any) -> Any:
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         return str(value)
     raise ValueError(f"{key} is text, not {value!r}")
+
+
+def _objects(key: str, value: Any) -> list[dict]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else []
+        except ValueError:
+            raise ValueError(f"{key} is a JSON list of objects, such as "
+                             '[{"path": "/home/me/Recordings"}]') from None  # fmt: skip
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"{key} is a list of objects, not {value!r}")
+    return [dict(v) for v in value]
 
 
 def _stored(key: str, value: Any) -> Any:
@@ -240,6 +262,8 @@ def text(key: str) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if key in _OBJECT_LISTS:
+        return json.dumps(value)
     if isinstance(value, list):
         return ",".join(str(v) for v in value)
     return str(value)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import __version__, settings
+from ..service.watch import WatchRunner
 from .context import AppContext
 from .files_panel import FilesPanel
 from .library_panel import LibraryPanel
@@ -106,6 +107,9 @@ class MainWindow(QMainWindow):
         self._preload = QTimer(self, singleShot=True, interval=500)
         self._preload.timeout.connect(self._preload_model)
         ctx.models_changed.connect(self._preload.start)  # a new default: load it before use
+        self.watch = WatchRunner(self._watched_file, ctx.data_dir / "watch-state.json")
+        ctx.settings_changed.connect(self._setting_changed)
+        self._watch_folders()
         self._actions()
         self.nav.setCurrentRow(0)
         self._restore_state()
@@ -119,6 +123,24 @@ class MainWindow(QMainWindow):
         self.transcript_view.open_item(item_id)
         self.nav.item(PAGES.index("Transcript")).setHidden(False)
         self.go("Transcript")
+
+    def _watched_file(self, path: Path, folder) -> None:
+        """A watched folder's new file (the watcher's thread): into the queue, its options."""
+        self.files_panel.file_queue.add([path], folder.options())
+
+    def _setting_changed(self, key: str) -> None:
+        if key == "watch_folders":
+            self._watch_folders()
+
+    def _watch_folders(self) -> None:
+        from ..service.watch import folders_from_settings
+
+        self.watch.set_folders(folders_from_settings(self.ctx.get("watch_folders")))
+
+    def bring_to_front(self) -> None:
+        self.showNormal() if self.isMinimized() else self.show()
+        self.raise_()
+        self.activateWindow()
 
     def _preload_model(self) -> None:
         if not self.live_panel.busy:
@@ -236,27 +258,34 @@ class MainWindow(QMainWindow):
             return
         self.transcript_view.flush()
         self.save_state()
+        self.watch.stop()
         self.files_panel.cancel_all()
         cancel_all(timeout=3.0)
         event.accept()
 
     # ------------------------------------------------------------------ start-up
 
-    def start_up(self) -> None:
-        """Look for interrupted work (worker thread), then offer recovery and the first run."""
-        from .recovery import look_for_interrupted
+    def start_up(self, open_files: list[Path] | None = None) -> None:
+        """Look for interrupted work (worker thread), then offer recovery and the first run.
+        ``open_files`` (given on the command line) are queued once that look is done, so
+        they are never mistaken for a crash's unfinished jobs."""
+        from ..service.recovery import look_for_interrupted
 
+        self._opening = list(open_files or [])
         run_in_worker(
             look_for_interrupted,
             self.ctx.library,
             on_done=self._found_interrupted,
-            on_error=lambda e: self._after_recovery(),
+            on_error=lambda e: self._found_interrupted(None),
         )
 
     def _found_interrupted(self, found) -> None:
         from .recovery import RecoveryDialog
 
-        if not found.sessions and not found.jobs:
+        if self._opening:
+            self.open_paths(self._opening)
+            self._opening = []
+        if found is None or (not found.sessions and not found.jobs):
             self._after_recovery()
             return
         dialog = RecoveryDialog(self.ctx, found, self)
@@ -322,20 +351,35 @@ def create_application(argv: list[str] | None = None) -> QApplication:
 
 def open_main_window(app: QApplication, open_files: list[str] | None = None) -> MainWindow:
     """The main window, shown, with its start-up (recovery, first run) and ``open_files``
-    queued for when the event loop runs."""
+    queued for when the event loop runs; later ``deskscribe FILE…`` starts hand their files
+    to it (`single`)."""
+    from .single import InstanceServer
+
     window = MainWindow(AppContext())
     window.show()
-    QTimer.singleShot(0, window.start_up)
-    if open_files:
-        QTimer.singleShot(0, lambda: window.open_paths([Path(p) for p in open_files]))
+    window.instance_server = InstanceServer(window)
+    opening = [Path(p) for p in open_files or []]
+
+    def opened(paths: list[str]) -> None:
+        window.bring_to_front()
+        if paths:
+            window.open_paths([Path(p) for p in paths])
+
+    window.instance_server.opened.connect(opened)
+    QTimer.singleShot(0, lambda: window.start_up(opening))
     window.file_opener = FileOpenHandler(window)  # macOS hands opened files over as events
     app.installEventFilter(window.file_opener)
     return window
 
 
 def main(argv: list[str] | None = None, open_files: list[str] | None = None) -> int:
-    """The desktop app; ``open_files`` (the file manager's "Open with") go to the file queue."""
+    """The desktop app; ``open_files`` (the file manager's "Open with") go to the file queue,
+    of the window already open if there is one (this start then ends at once)."""
     app = create_application(argv)
+    from .single import hand_over
+
+    if hand_over(open_files or []):
+        return 0
     window = open_main_window(app, open_files)
     code = app.exec()
     with contextlib.suppress(Exception):

@@ -1,5 +1,5 @@
 """Settings: default model, device, language, vocabulary, where and how transcripts are exported,
-and the DeskScribe server files may be transcribed on.
+the DeskScribe server files may be transcribed on, and watch folders; one tab each.
 
 Values live in the same settings file as ``deskscribe config`` uses; they are written on a
 worker thread when the user presses Save. The server's Test button asks the server on a worker
@@ -20,10 +20,10 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QGridLayout,
-    QGroupBox,
     QHBoxLayout,
     QLineEdit,
     QPushButton,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -33,6 +33,7 @@ from ..service.remote import RemoteError, check_server, normalize_url
 from ..transcript.export import FORMATS
 from .context import DEVICE_CHOICES, AppContext
 from .file_options import FORMAT_LABELS
+from .watch_folders import WatchFoldersBox
 from .widgets import LanguageCombo, heading, muted
 from .workers import run_in_worker
 
@@ -62,7 +63,9 @@ class SettingsDialog(QDialog):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(20, 16, 20, 16)
         lay.addWidget(heading("Settings", 1.3))
-        form = QFormLayout()
+        self.tabs = QTabWidget()
+        general = QWidget()
+        form = QFormLayout(general)
 
         self.model = QComboBox()
         self.model.addItem("Newest installed", None)
@@ -120,9 +123,12 @@ class SettingsDialog(QDialog):
         self.automatic = QCheckBox("Export each file automatically when it is done")
         self.automatic.setChecked(ctx.get_bool("export_automatically"))
         form.addRow("", self.automatic)
-        lay.addLayout(form)
-        lay.addWidget(self._server_group())
-        lay.addWidget(muted("The light or dark look follows your operating system's setting."))
+        form.addRow(muted("The light or dark look follows your operating system's setting."))
+        self.watch_folders = WatchFoldersBox(ctx)
+        self.tabs.addTab(general, "General")
+        self.tabs.addTab(self._server_group(), "Server")
+        self.tabs.addTab(self.watch_folders, "Watch folders")
+        lay.addWidget(self.tabs, 1)
 
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
@@ -139,9 +145,9 @@ class SettingsDialog(QDialog):
             on_error=lambda e: None,  # no model installed: nothing to check against yet
         )
 
-    def _server_group(self) -> QGroupBox:
+    def _server_group(self) -> QWidget:
         ctx = self.ctx
-        box = QGroupBox("DeskScribe server")
+        box = QWidget()
         form = QFormLayout(box)
         self.use_server = QCheckBox("Transcribe files on a DeskScribe server")
         self.use_server.setChecked(ctx.get_bool("use_server"))
@@ -256,6 +262,7 @@ class SettingsDialog(QDialog):
             "use_server": self.use_server.isChecked(),
             "server_url": self.server_url.text().strip() or None,
             "server_key": self.server_key.text().strip() or None,
+            "watch_folders": self.watch_folders.value(),
         }
 
     def save(self) -> None:
