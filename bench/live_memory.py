@@ -72,9 +72,10 @@ def main() -> int:
 
     data = Path(tempfile.mkdtemp(prefix="deskscribe-live-memory-"))
     os.environ["DESKSCRIBE_DATA_DIR"] = str(data)  # the session folder goes here
-    from deskscribe.audio.pushed import PushedCapture
+    sys.path.insert(0, str(ROOT / "tests"))
     from deskscribe.service.live import LiveOptions, LiveSession
     from deskscribe.whisper.model import WhisperModel
+    from pushed import PushedCapture
 
     folder, _ = built_model(
         ct2_checkpoint(args.model, args.cache),

@@ -98,9 +98,10 @@ def found_again(recorded: np.ndarray, audio: np.ndarray) -> str:
 
 
 def run_pushed(model, audio: np.ndarray, on_event, streaming):
-    from deskscribe.audio.pushed import PushedCapture
+    sys.path.insert(0, str(ROOT / "tests"))
     from deskscribe.audio.sessions import read_track
     from deskscribe.service.live import LiveOptions, LiveSession
+    from pushed import PushedCapture
 
     capture = PushedCapture(["system"], max_seconds=120)
     session = LiveSession(

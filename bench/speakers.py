@@ -164,7 +164,7 @@ def _speakers_in(turns, uem) -> int:
 def measure(s: dict, whisper, encoder, options) -> dict:
     """Diarization alone (scored with pyannote.metrics on the UEM when there is one), then,
     for sets with words, the whole ``diarize_file`` path scored on its turns and its words."""
-    from deskscribe.speakers import metrics
+    import speaker_metrics as metrics
     from deskscribe.speakers.diarize import diarize, diarize_file
 
     uem = s.get("uem")

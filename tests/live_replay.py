@@ -12,10 +12,10 @@ from conversations import commit_batches
 from deskscribe.service.live.relabel import ReviseOptions, revise_labels
 from deskscribe.service.live.store import TranscriptStore, word_key
 from deskscribe.speakers.growing import GrowingTrack
-from deskscribe.speakers.metrics import word_accuracy
 from deskscribe.speakers.online import LiveSpeakerLabeller
 from deskscribe.transcript import Segment, Word
 from deskscribe.whisper.streaming import StreamUpdate
+from speaker_metrics import word_accuracy
 
 SR = 16000
 BATCHINGS = [("regions", 0), ("prefixes", 1), ("words", 1), ("words", 2)]

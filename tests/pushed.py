@@ -1,9 +1,9 @@
-"""Live audio that arrives from a program instead of a device: pushed blocks as capture tracks.
+"""Live audio that arrives from the test instead of a device: pushed blocks as capture tracks.
 
-``PushedCapture`` has the reading side of ``capture.Capture`` (``start``, ``read``, ``levels``,
-``overflows``, ``errors``, ``stop``), so a live session runs on it unchanged: audio streamed
-to the team server by a client, or a recording replayed into a session (the long-session
-bench feeds hours of real speech faster than real time this way).
+``PushedCapture`` is an ``audio.devices.LiveAudio`` (the reading side of ``capture.Capture``:
+``start``, ``read``, ``levels``, ``overflows``, ``errors``, ``stop``), so a live session runs
+on it unchanged: a recording replayed into a session by the tests, or by the long-session
+bench (``bench/live_memory.py``), which feeds hours of real speech faster than real time.
 
 Blocks are 16 kHz mono float32 per track. What is pushed waits until the session reads it;
 past ``max_seconds`` waiting per track the oldest audio goes and counts as overflow (the same
@@ -17,9 +17,9 @@ import threading
 
 import numpy as np
 
-from ..audio_format import SAMPLE_RATE
-from .capture import level_db
-from .devices import CaptureDeviceError, InputDevice
+from deskscribe.audio.capture import level_db
+from deskscribe.audio.devices import CaptureDeviceError, InputDevice
+from deskscribe.audio_format import SAMPLE_RATE
 
 
 class PushedCapture:

@@ -11,7 +11,7 @@ from deskscribe.audio.vad import FRAME, speech_probabilities
 from deskscribe.speakers.diarize import diarize
 from deskscribe.speakers.encoder import SpeakerEncoder
 from deskscribe.speakers.growing import GrowingTrack, GrowingVAD
-from deskscribe.speakers.metrics import der
+from speaker_metrics import der
 
 SR = 16000
 

@@ -18,7 +18,6 @@ import pytest
 from conftest import EVAL, built, load, wer
 from deskscribe.audio.capture import Capture
 from deskscribe.audio.devices import find_device
-from deskscribe.audio.pushed import PushedCapture
 from deskscribe.audio.sessions import read_track
 from deskscribe.service.live import Adapted, HealthReport, LiveOptions, LiveSession
 from deskscribe.service.live.degrade import (
@@ -32,6 +31,7 @@ from deskscribe.service.live.degrade import (
 from deskscribe.whisper.model import WhisperModel
 from deskscribe.whisper.streaming import StreamingOptions
 from eval_support import call_recording
+from pushed import PushedCapture
 from test_live import TURNS, data_dir, gap, on_disk, played, run_session, turns, write_wav  # noqa: F401
 
 SR = 16000

@@ -30,12 +30,12 @@ from deskscribe.service.live.store import TranscriptStore
 from deskscribe.speakers.diarize import diarize
 from deskscribe.speakers.encoder import SpeakerEncoder
 from deskscribe.speakers.growing import GrowingTrack
-from deskscribe.speakers.metrics import der, word_accuracy
 from deskscribe.speakers.online import LiveSpeakerLabeller
 from deskscribe.speakers.profiles import save_profile
 from deskscribe.transcript import Segment, Transcript, Word
 from deskscribe.whisper.transcribe import TranscribeOptions, transcribe_file
 from live_replay import BATCHINGS, replay_labels
+from speaker_metrics import der, word_accuracy
 
 SR = 16000
 TURN = "Good morning everyone. Thank you for joining the weekly planning meeting."

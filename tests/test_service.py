@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from conftest import EVAL, espeak, load, normalize, wer
-from deskscribe.audio.pushed import PushedCapture
 from deskscribe.models.store import ModelNotInstalledError
 from deskscribe.service.engine import EngineProcess
 from deskscribe.service.jobs import FileJob
@@ -29,6 +28,7 @@ from deskscribe.service.live import (
     TextUpdate,
 )
 from deskscribe.service.models import ModelCache, pick_model, queued_model_name
+from pushed import PushedCapture
 
 SR = 16000
 JFK = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."

@@ -33,6 +33,7 @@ from deskscribe.audio.devices import (
     CaptureDeviceError,
     InputDevice,
     PulseSourceWatch,
+    TrackStream,
     default_device,
     pulse_source_selected,
     sounddevice,
@@ -240,7 +241,7 @@ class Capture:
         self._ring_seconds = ring_seconds
         self._skew = max(1, round(max_skew * SAMPLE_RATE))
         self._max_skew = max_skew
-        self._inputs: dict[str, InputCapture] = {}
+        self._inputs: dict[str, TrackStream] = {}
         self._pending = {t: np.zeros(0, dtype=np.float32) for t in self.tracks}
         self._anchored = dict.fromkeys(self.tracks, False)
         self._last_data = dict.fromkeys(self.tracks, 0.0)
@@ -265,7 +266,7 @@ class Capture:
         with self._lock:
             if self._running:
                 return
-            opened: list[InputCapture] = []
+            opened: list[TrackStream] = []
             try:
                 for t in self.tracks:
                     capture = (self.devices[t].opens_with or InputCapture)(

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .device_types import CaptureDeviceError, InputDevice
+from .device_types import CaptureDeviceError, InputDevice, LiveAudio, TrackStream
 
-__all__ = ["CaptureDeviceError", "InputDevice", "NoSystemAudioError"]
+__all__ = ["CaptureDeviceError", "InputDevice", "LiveAudio", "NoSystemAudioError", "TrackStream"]
 
 KINDS = ("mic", "system")
 PULSE_DEVICE = "pulse"  # the ALSA device of libasound2-plugins that talks to the sound server
@@ -96,17 +96,6 @@ def sounddevice() -> ModuleType:
             "DeskScribe."
         ) from None
     return sd
-
-
-def rescan() -> None:
-    """Make PortAudio list devices again (plugged in or removed since it started).
-
-    This closes every open PortAudio stream, so call it only while nothing is capturing. On Linux
-    it is rarely needed: sources are listed live through the sound server.
-    """
-    sd = sounddevice()
-    sd._terminate()
-    sd._initialize()
 
 
 def _check_kind(kind: str) -> None:

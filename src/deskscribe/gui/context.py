@@ -100,9 +100,6 @@ class AppContext(QObject):
 
         return run_in_worker(self.model, on_error=lambda _e: None, name="preload")
 
-    def loaded_models(self) -> list[WhisperModel]:
-        return self.models.loaded()
-
     def forget_models(self, folder: Path | None = None) -> None:
         """Drop cached models (all, or those loaded from ``folder``, e.g. before deleting it)."""
         self.models.forget(folder)

@@ -224,11 +224,6 @@ class ModelsPanel(QWidget):
         rows = self.catalog.selectionModel().selectedRows()
         return self.catalog.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole) if rows else None
 
-    def select_entry(self, model_id: str) -> None:
-        for r in range(self.catalog.rowCount()):
-            if self.catalog.item(r, 0).data(Qt.ItemDataRole.UserRole)[0] == model_id:
-                self.catalog.selectRow(r)
-
     def _update_buttons(self) -> None:
         model = self.selected_model()
         busy = self.job is not None and self.job.running

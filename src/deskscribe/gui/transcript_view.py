@@ -236,10 +236,6 @@ class TranscriptView(QWidget):
             item_id = next(iter(self._pending))
             self.ctx.library.save_transcript(item_id, self._pending.pop(item_id))
 
-    @property
-    def has_unsaved_edits(self) -> bool:
-        return bool(self._pending) or self._save_job is not None
-
     # --- speakers --------------------------------------------------------------------------
 
     def _fit_columns(self, ids: list[str]) -> None:

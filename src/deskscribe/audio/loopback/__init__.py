@@ -91,9 +91,10 @@ class LoopbackStream:
         self._flushed = False
         self._level = SILENCE_DB
         self.frames = 0
+        self.delivered = 0  # 16 kHz samples handed out so far
         self.error: str | None = None
 
-    # ------------------------------------------------------------ InputCapture's interface
+    # ------------------------------------------------------------ a TrackStream (device_types)
 
     @property
     def level(self) -> float:
@@ -102,6 +103,17 @@ class LoopbackStream:
     @property
     def overflows(self) -> int:
         return self._os_overflows + self._dropped
+
+    @property
+    def dropped(self) -> int:
+        """Frames the full queue refused (`Capture.dropped_share` counts them as lost)."""
+        return self._dropped
+
+    @property
+    def flushed(self) -> bool:
+        """Stopped, and its last samples handed out (meeting mode's drift correction reads
+        this of the system-audio track: it was missing, so a native loopback there failed)."""
+        return self._flushed
 
     def start(self) -> None:
         try:
@@ -157,6 +169,7 @@ class LoopbackStream:
         if len(mono):
             self._level = level_db(out)
         self._check_blind(now, out)
+        self.delivered += len(out)
         return out
 
     # ------------------------------------------------------------ for backends

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ...audio.capture import Capture, mix
+from ...audio.devices import LiveAudio
 from ...audio.recorder import RecorderError, SessionRecorder
 from ...audio_format import SAMPLE_RATE
 from ...speakers.online import LiveSpeakerLabeller
@@ -30,8 +31,8 @@ Inbox = queue.Queue  # of np.ndarray (mixed audio), "pause", or None (the end)
 
 
 class Recording:
-    """``capture``: where the audio comes from (default: the devices of ``options``, see
-    ``audio.capture``; ``audio.pushed.PushedCapture`` for audio a program sends)."""
+    """``capture``: where the audio comes from, any ``audio.devices.LiveAudio`` (default: a
+    ``Capture`` of the devices of ``options``; the tests push recordings through one)."""
 
     def __init__(
         self,
@@ -51,7 +52,7 @@ class Recording:
         self.inbox: Inbox[np.ndarray | str | None] = queue.Queue()
         self.paused = threading.Event()
         self.samples = 0  # samples written to disk (the session's length)
-        self.capture: Capture | None = None
+        self.capture: LiveAudio | None = None
         self.recorder: SessionRecorder | None = None
         self.folder: Path | None = None
         self.failure: str | None = None  # why recording ended early (set before the inbox end)

@@ -98,8 +98,8 @@ _ACTIVE = (LiveState.STARTING, LiveState.RECORDING, LiveState.PAUSED)
 class LiveSession(KeepingUp):
     """``on_event``: the caller's sink, called on a session thread (set it before ``start``);
     without one, events wait in ``events``, a bounded ``EventQueue``. ``capture``: the audio
-    source (default: the devices of ``options``; a ``PushedCapture`` for audio a program
-    sends, e.g. the server's streaming clients). ``fallback_models``: loaders of the models to
+    source, any ``audio.devices.LiveAudio`` (default: the devices of ``options``; the tests
+    push recordings through one). ``fallback_models``: loaders of the models to
     decode with when the session is behind and has stepped down to ``FASTER_MODEL`` or
     ``SMALLER_MODEL`` (``degrade.fallback_models``), called on the transcriber thread when
     first needed; the session returns to ``model`` once it has caught up."""
