@@ -250,7 +250,9 @@ def _library(args: argparse.Namespace):
     from . import settings
     from .library import Library, LibraryError
 
-    wanted = args.library if args.library is not None else settings.flag("transcribe_library", False)
+    wanted = (
+        args.library if args.library is not None else settings.flag("transcribe_library", False)
+    )
     if not wanted:
         return None
     try:
