@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 import conversations as cv
+import speaker_metrics as metrics
 from conftest import CACHE, EVAL, run_cli
 from deskscribe.audio.vad import SileroVAD, regions_from_probabilities
 from deskscribe.audio_format import SAMPLE_RATE
-from deskscribe.speakers import cluster, metrics
+from deskscribe.speakers import cluster
 from deskscribe.speakers.diarize import (
     DiarizeOptions,
     diarize,
