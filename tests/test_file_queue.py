@@ -100,6 +100,14 @@ def test_cancel_retry_and_remove_through_the_service_api(store, tmp_path, files)
         queue.clear_finished()
         assert [e.item_id for e in queue.entries()] == [notes]  # the failed one stays
         assert any(story in e.ids and e.progress for e in events)  # progress was notified
+        # A retry that fails at once still ends with the queue saying it is finished, once,
+        # after the file's outcome (a window reading the queue later never sees it busy).
+        said = sum(e.finished for e in events)
+        queue.retry([notes])
+        wait_for(lambda: sum(e.finished for e in events) == said + 1, what="finished")
+        last = [i for i, e in enumerate(events) if e.outcome and e.outcome.item_id == notes]
+        assert max(i for i, e in enumerate(events) if e.finished) > last[-1]
+        assert queue.entry(notes).status is Status.FAILED
     finally:
         queue.shutdown()
 
@@ -112,15 +120,19 @@ def test_files_wait_for_a_model_and_start_when_one_is_installed(tmp_path, monkey
     monkeypatch.setenv("DESKSCRIBE_SETTINGS", str(tmp_path / "settings.json"))
     library = Library(tmp_path / "library.sqlite3")
     queue = FileQueue(library, **in_process()).start()
+    events: list[QueueChanged] = []
+    queue.subscribe(events.append)
     try:
         (item,) = (q.item_id for q in queue.add([files["fox"]], job_options(None, None, "off")))
         wait_for(lambda: queue.entry(item).status is Status.WAITING, what="waiting")
         assert "install one" in queue.entry(item).error
+        assert not any(e.finished for e in events)  # a file waiting is not finished
         assert library.get(item).status == "queued"  # in the library it is still queued
         (store / "tiny.en-fp32").symlink_to(tiny_fp32, target_is_directory=True)
         queue.models_changed()  # what the Models page's install says when it is done
         assert queue.wait_until_finished(120)
         assert queue.entry(item).status is Status.DONE
+        wait_for(lambda: any(e.finished for e in events), what="finished")
         assert wer(FOX, library.load_transcript(item).text) < 0.3
     finally:
         queue.shutdown()

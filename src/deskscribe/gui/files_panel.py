@@ -66,7 +66,6 @@ class FilesPanel(QWidget):
         QCoreApplication.instance().aboutToQuit.connect(self.shutdown)
         self._shut_down = False
         self._adding = 0
-        self._was_busy = False
         self.setAcceptDrops(True)
 
         self.options = FileOptions(ctx)
@@ -115,7 +114,7 @@ class FilesPanel(QWidget):
         self.where.hide()
         ctx.settings_changed.connect(self._settings_changed)
         self.server_banner = Banner()  # files that failed on the server: run them here instead
-        self.summary = QLabel(DROP_HINT)
+        self.summary = QLabel()  # the queue in words (the drop hint is said once, at the top)
         self.summary.setWordWrap(True)
         self.details = QLabel()  # the whole reason of the selected failed file
         self.details.setWordWrap(True)
@@ -214,10 +213,8 @@ class FilesPanel(QWidget):
         self._selection_changed()
         self._show_server_banner()
         self._show_summary()
-        busy = not self.finished
-        if self._was_busy and not busy and self.queue.rows:
+        if event is not None and event.finished and self.queue.rows:
             self.queue_finished.emit()
-        self._was_busy = busy
 
     def server(self) -> tuple[str, str | None] | None:
         """(address, key) of the DeskScribe server files go to, or None: this computer. Read
@@ -327,11 +324,17 @@ class FilesPanel(QWidget):
         self.file_queue.shutdown()
 
     def _selection_changed(self) -> None:
-        rows = self.selected_rows()
-        failed = [r for r in rows if r.status == "failed" and r.error]
-        self.details.setText(f"{failed[0].path.name}: {failed[0].error}" if failed else "")
-        self.details.setVisible(bool(failed))
+        self._show_failures()
         self._update_buttons()
+
+    def _show_failures(self) -> None:
+        """Why files failed, in full (the table's cell is too narrow): the selected ones', or,
+        with no failed file selected, the last three failures'."""
+        failed = [r for r in self.selected_rows() if r.status == "failed" and r.error]
+        if not failed:
+            failed = [r for r in self.queue.rows if r.status == "failed" and r.error][-3:]
+        self.details.setText("\n".join(f"{r.path.name}: {r.error}" for r in failed))
+        self.details.setVisible(bool(failed))
 
     def _update_buttons(self) -> None:
         rows = self.selected_rows()

@@ -71,11 +71,15 @@ class Entry:
 @dataclass(frozen=True)
 class QueueChanged:
     """What changed: the entries (ids) whose row is new, changed or gone, and the outcome of a
-    job that just ended. ``progress``: only progress moved (frequent; cheap to show)."""
+    job that just ended. ``progress``: only progress moved (frequent; cheap to show).
+    ``finished``: the work asked for (files added, resumed or retried) is all done, each file
+    done, failed, cancelled or skipped; said once per such run of work, however fast it went
+    (an observer that reads the queue later may never see it busy)."""
 
     ids: frozenset[int] = frozenset()
     outcome: JobOutcome | None = None
     progress: bool = False
+    finished: bool = False
 
 
 Server = Callable[[], tuple[str, str | None] | None]  # (address, key) of the server, or None
@@ -124,6 +128,7 @@ class FileQueue:
         self._cond = threading.Condition()
         self._stopping = False
         self._idle_since: float | None = None
+        self._asked = False  # work was asked for since the queue last said it finished
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ observing
@@ -193,6 +198,7 @@ class FileQueue:
                     progress=1.0 if status is Status.SKIPPED else 0.0,
                 )  # fmt: skip
                 ids.add(q.item_id)
+            self._asked = True
             self._cond.notify_all()
         self._notify(QueueChanged(frozenset(ids)))
         return queued
@@ -209,6 +215,7 @@ class FileQueue:
                 self._entries[item.id] = Entry(item.id, Path(item.source), Status.QUEUED,
                                                item.duration)  # fmt: skip
                 ids.add(item.id)
+            self._asked = self._asked or bool(ids)
             self._cond.notify_all()
         self._notify(QueueChanged(frozenset(ids)))
 
@@ -255,6 +262,7 @@ class FileQueue:
                 if here:
                     self._run_here.add(item_id)
                 changed.add(item_id)
+            self._asked = self._asked or bool(changed)
             self._cond.notify_all()
         self._notify(QueueChanged(frozenset(changed)))
 
@@ -300,6 +308,7 @@ class FileQueue:
             waiting = [i for i, e in self._entries.items() if e.status is Status.WAITING]
             for item_id in waiting:
                 self._set(item_id, status=Status.QUEUED, error=None)
+            self._asked = self._asked or bool(waiting)
             self._cond.notify_all()
         self._notify(QueueChanged(frozenset(waiting)))
 
@@ -357,12 +366,16 @@ class FileQueue:
     def _loop(self) -> None:
         while True:
             self._notify_later: set[int] = set()
-            close_engine = False
+            close_engine = done = False
             with self._cond:
                 entry = None
                 while not self._stopping and not self._notify_later:
                     entry = self._next()
                     if entry is not None:
+                        break
+                    if self._asked and all(e.status.finished for e in self._entries.values()):
+                        # all the work asked for is over (none waits for a model): say so once
+                        self._asked, done = False, True
                         break
                     self._idle_since = self._idle_since or time.monotonic()
                     self._cond.notify_all()  # wait_until_finished
@@ -380,8 +393,8 @@ class FileQueue:
                     self._notify_later.add(entry.item_id)
             if close_engine:  # outside the lock: it waits a moment for the process
                 self._engine.close()
-            if self._notify_later:
-                self._notify(QueueChanged(frozenset(self._notify_later)))
+            if self._notify_later or done:
+                self._notify(QueueChanged(frozenset(self._notify_later), finished=done))
             if entry is not None:
                 self._run(job)
 
