@@ -93,9 +93,12 @@ def test_rename_round_trips_through_json_and_every_export(tmp_path: Path) -> Non
     assert data["segments"][1]["words"][0]["speaker"] == "S2"
     assert render(back, "txt").splitlines()[1] == "Bob <Dev>: I am fine thanks."
     srt = render(back, "srt")
-    assert "\nAlice Müller: Hello there, how are you today?\n" in srt
+    # The name and text are wider than a subtitle line (42): two lines, the name on the first.
+    assert "\nAlice Müller: Hello there,\nhow are you today?\n" in srt
     assert "\nBob <Dev>: I am fine thanks.\n" in srt
-    assert "<v Bob &lt;Dev&gt;>I am fine thanks." in render(back, "vtt")
+    vtt = render(back, "vtt")
+    assert "<v Alice Müller>Hello there,\nhow are you today?\n" in vtt
+    assert "<v Bob &lt;Dev&gt;>I am fine thanks." in vtt
     assert "[00:00] **Alice Müller:** Hello there" in render(back, "md")
     assert ",Bob <Dev>,I am fine thanks." in render(back, "csv")
     paras = [p.text for p in docx.Document(io.BytesIO(render(back, "docx"))).paragraphs]

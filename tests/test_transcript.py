@@ -20,6 +20,7 @@ from deskscribe.transcript import (
     ExportExistsError,
     Segment,
     SpeakerTurn,
+    SubtitleRules,
     Transcript,
     Word,
     export,
@@ -70,6 +71,16 @@ def _parse_cues(text: str) -> list[tuple[int, int, str]]:
         assert m1 < 60 and s1 < 60 and m2 < 60 and s2 < 60
         cues.append((start, end, m.group(9)))
     return cues
+
+
+def _segment_times(t: Transcript, gap: float) -> list[tuple[int, int]]:
+    """(start_ms, end_ms) of one cue per segment (each fits the subtitle rules): from the
+    segment's start to its end, ended ``gap`` s before the next segment when it touches it."""
+    out = []
+    for seg, after in zip(t.segments, [*t.segments[1:], None], strict=True):
+        end = seg.end if after is None else min(seg.end, after.start - gap)
+        out.append((_ms(seg.start), _ms(end)))
+    return out
 
 
 # --- model ------------------------------------------------------------------------------------
@@ -183,7 +194,10 @@ def test_srt_cues_parse_back() -> None:
     blocks = out.strip("\n").split("\n\n")
     assert [int(b.split("\n")[0]) for b in blocks] == [1, 2, 3, 4, 5]
     cues = _parse_cues(out)
-    assert [(s, e) for s, e, _ in cues] == [(_ms(x.start), _ms(x.end)) for x in t.segments]
+    assert [(s, e) for s, e, _ in cues] == _segment_times(t, SubtitleRules().min_cue_gap)
+    assert _segment_times(t, 0.08)[0] == (0, 2420)  # touching segments: 80 ms apart
+    exact = _parse_cues(str(render(t, "srt", subtitles=SubtitleRules(min_cue_gap=0))))
+    assert [(s, e) for s, e, _ in exact] == _segment_times(t, 0)
     assert "," in out.split("\n")[1]  # SRT uses a comma before the milliseconds
     assert cues[2][2] == "S2: 中文 réponse 🎉"
     assert cues[0][2] == 'Alice Müller: Hello, "world" — café'
@@ -196,7 +210,9 @@ def test_vtt_cues_and_voice_tags() -> None:
     out = str(render(t, "vtt"))
     assert out.startswith("WEBVTT\n\n")
     cues = _parse_cues(out)
-    assert [(s, e) for s, e, _ in cues] == [(_ms(x.start), _ms(x.end)) for x in t.segments]
+    assert [(s, e) for s, e, _ in cues] == _segment_times(t, SubtitleRules().min_cue_gap)
+    exact = _parse_cues(str(render(t, "vtt", subtitles=SubtitleRules(min_cue_gap=0))))
+    assert [(s, e) for s, e, _ in exact] == _segment_times(t, 0)
     assert cues[0][2] == '<v Alice Müller>Hello, "world" — café'
     assert cues[2][2] == "<v S2>中文 réponse 🎉"
     assert cues[-1][2] == "<v S2>a &lt;b&gt; &amp; c --&gt; d"

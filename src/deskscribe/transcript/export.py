@@ -10,8 +10,14 @@ Speaker labels are shown by display name (``Transcript.speaker_name``). Conventi
   joined), ``Name: text``; segments without a speaker get a line each, without a prefix.
   With ``timestamps=True``: one line per segment, ``[HH:MM:SS.mmm] Name: text``.
 - Markdown and DOCX: one paragraph per segment, ``[MM:SS] Name: text`` (the name in bold).
-- SRT/VTT/CSV: one cue/row per segment. Segments with empty text are
-  left out of SRT/VTT (an empty cue breaks players), kept elsewhere.
+- SRT/VTT: cues laid out by subtitle rules (``subtitles.SubtitleRules``: lines of at most 42
+  characters, at most two lines, at most 7 s, a gap between cues; see ``subtitles.py``). The
+  name is written before the first line at each segment's start and speaker change (SRT
+  ``Name: text``), and VTT tags every cue with its voice (``<v Name>``). Rules turned off
+  (``SubtitleRules(max_line_chars=None, max_lines=None, max_cue_seconds=None,
+  min_cue_gap=0, min_cue_seconds=0)``) give one single-line cue per segment.
+- CSV: one row per segment. Segments with empty text are left out of SRT/VTT (an empty cue
+  breaks players), kept elsewhere.
 - RTTM (NIST's who-spoke-when format, what diarization scorers read): one ``SPEAKER`` line
   per diarization turn (``Transcript.turns``; without turns, per run of same-speaker
   segments), the file id from the source's name, speakers by display name with whitespace
@@ -33,8 +39,10 @@ from pathlib import Path
 from ..errors import DeskScribeError
 from ..fsutil import write_atomic
 from .model import Segment, Transcript
+from .subtitles import Cue, SubtitleRules, cues
 
 FORMATS = ("txt", "srt", "vtt", "json", "md", "csv", "docx", "rttm")
+SUBTITLE_FORMATS = frozenset({"srt", "vtt"})  # laid out by ``SubtitleRules``, cut by word times
 _ALIASES = {"markdown": "md", "text": "txt", "webvtt": "vtt"}
 # Characters XML 1.0 (and so DOCX) cannot hold: C0 controls other than tab/newline/CR.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -136,44 +144,39 @@ def _render_txt(transcript: Transcript, timestamps: bool) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def _cue_text(transcript: Transcript, seg: Segment) -> str:
-    label = _label(transcript, seg)
-    text = _one_line(seg.text)
-    return f"{label}: {text}" if label else text
-
-
-def _render_srt(transcript: Transcript) -> str:
-    cues: list[str] = []
-    for seg in transcript.segments:
-        if not seg.text.strip():
-            continue
-        start, end = seg.start, max(seg.start, seg.end)
-        text = _cue_text(transcript, seg).replace("-->", "->")
-        cues.append(
-            f"{len(cues) + 1}\n"
-            f"{format_timestamp(start, ',')} --> {format_timestamp(end, ',')}\n"
+def _render_srt(transcript: Transcript, rules: SubtitleRules) -> str:
+    blocks: list[str] = []
+    for number, cue in enumerate(cues(transcript, rules), start=1):
+        lines = list(cue.lines)
+        if cue.label:
+            lines[0] = f"{cue.label}: {lines[0]}"
+        text = "\n".join(lines).replace("-->", "->")
+        blocks.append(
+            f"{number}\n"
+            f"{format_timestamp(cue.start, ',')} --> {format_timestamp(cue.end, ',')}\n"
             f"{text}\n"
         )
-    return "\n".join(cues)
+    return "\n".join(blocks)
 
 
 def _vtt_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _render_vtt(transcript: Transcript) -> str:
+def _vtt_text(transcript: Transcript, cue: Cue, rules: SubtitleRules) -> str:
+    text = "\n".join(_vtt_escape(line) for line in cue.lines)
+    if cue.language and transcript.language and cue.language != transcript.language:
+        text = f"<lang {cue.language}>{text}</lang>"  # a part in another language
+    if cue.speaker and rules.speaker_names:
+        text = f"<v {_vtt_escape(cue.speaker)}>{text}"
+    return text
+
+
+def _render_vtt(transcript: Transcript, rules: SubtitleRules) -> str:
     parts = ["WEBVTT\n"]
-    for seg in transcript.segments:
-        if not seg.text.strip():
-            continue
-        start, end = seg.start, max(seg.start, seg.end)
-        text = _vtt_escape(_one_line(seg.text))
-        if seg.language and transcript.language and seg.language != transcript.language:
-            text = f"<lang {seg.language}>{text}</lang>"  # a part in another language
-        label = _label(transcript, seg)
-        if label:
-            text = f"<v {_vtt_escape(_one_line(label))}>{text}"
-        parts.append(f"{format_timestamp(start)} --> {format_timestamp(end)}\n{text}\n")
+    for cue in cues(transcript, rules):
+        times = f"{format_timestamp(cue.start)} --> {format_timestamp(cue.end)}"
+        parts.append(f"{times}\n{_vtt_text(transcript, cue, rules)}\n")
     return "\n".join(parts)
 
 
@@ -279,19 +282,26 @@ def _normalize_format(fmt: str) -> str:
     return key
 
 
-def render(transcript: Transcript, fmt: str, *, timestamps: bool = False) -> str | bytes:
+def render(
+    transcript: Transcript,
+    fmt: str,
+    *,
+    timestamps: bool = False,
+    subtitles: SubtitleRules | None = None,
+) -> str | bytes:
     """The contents of ``transcript`` in ``fmt`` (one of :data:`FORMATS`).
 
     Returns ``bytes`` for DOCX, ``str`` otherwise. ``timestamps`` only changes TXT (the other
-    formats always carry times). Unknown formats raise ``ValueError``.
+    formats always carry times); ``subtitles`` only SRT and VTT (None: ``SubtitleRules()``).
+    Unknown formats raise ``ValueError``.
     """
     key = _normalize_format(fmt)
     if key == "txt":
         return _render_txt(transcript, timestamps)
     if key == "srt":
-        return _render_srt(transcript)
+        return _render_srt(transcript, subtitles or SubtitleRules())
     if key == "vtt":
-        return _render_vtt(transcript)
+        return _render_vtt(transcript, subtitles or SubtitleRules())
     if key == "json":
         return transcript.to_json()
     if key == "md":
@@ -311,9 +321,10 @@ def export(
     overwrite: bool = False,
     timestamps: bool = False,
     private: bool = False,
+    subtitles: SubtitleRules | None = None,
 ) -> Path:
     """Write ``transcript`` to ``path`` atomically and return the path (``private``: readable
-    by this user only, as the library's own copies are).
+    by this user only, as the library's own copies are; ``subtitles``: SRT/VTT's rules).
 
     ``fmt`` defaults to the file's suffix. Text formats are UTF-8 (CSV with a byte-order mark so
     spreadsheet apps detect it). An existing file raises :class:`ExportExistsError` unless
@@ -332,7 +343,7 @@ def export(
     if not overwrite and os.path.lexists(target):
         raise ExportExistsError(target)
 
-    content = render(transcript, key, timestamps=timestamps)
+    content = render(transcript, key, timestamps=timestamps, subtitles=subtitles)
     if isinstance(content, str):
         content = content.encode("utf-8-sig" if key == "csv" else "utf-8")
     try:
