@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import espeak, run_cli, wer
+from conftest import EVAL, espeak, run_cli, wer
 
 
 def run(args: list[str], store: Path, cwd: Path) -> subprocess.CompletedProcess:
@@ -211,3 +211,73 @@ def test_transcribe_with_library_keeps_the_transcripts_in_the_apps_library(
     res = run_cli(["transcribe", str(clip), "--output-dir", str(tmp_path / "c")], store, tmp_path,
                   **env)  # fmt: skip
     assert res.returncode == 0 and len(library.search(kind="file")) == 2
+
+
+def _cues(srt: str) -> list[tuple[str, list[str]]]:
+    """(the time line, the text lines) of each cue of an SRT file."""
+    blocks = [b.split("\n") for b in srt.strip("\n").split("\n\n")]
+    assert [int(b[0]) for b in blocks] == list(range(1, len(blocks) + 1))
+    return [(b[1], b[2:]) for b in blocks]
+
+
+def test_subtitle_rules_from_the_command_line_on_real_speech(store: Path, tmp_path: Path) -> None:
+    """--max-line-chars 20 --max-lines 1 on JFK's speech: one line of at most 20 characters a
+    cue, every word of the transcript in the cues, in order; the cues cut by word times, which
+    srt asked for by itself (no --word-timestamps)."""
+    out = tmp_path / "out"
+    args = ["transcribe", str(EVAL / "jfk.flac"), "--format", "srt,vtt,txt,json", "--output-dir",
+            str(out), "--max-line-chars", "20", "--max-lines", "1"]  # fmt: skip
+    res = run(args, store, tmp_path)
+    assert res.returncode == 0, res.stderr
+    cues = _cues((out / "jfk.srt").read_text(encoding="utf-8"))
+    lines = [line for _times, text in cues for line in text]
+    assert all(len(text) == 1 for _times, text in cues)
+    assert max(map(len, lines)) <= 20
+    transcript = (out / "jfk.txt").read_text(encoding="utf-8")
+    assert " ".join(lines).split() == transcript.split()  # no word lost, none added
+    assert wer((EVAL / "jfk.txt").read_text(), transcript) < 0.2
+    vtt = (out / "jfk.vtt").read_text(encoding="utf-8")
+    assert vtt.count(" --> ") == len(cues)
+    # Word timestamps were computed (srt asked for them), and each cue starts on a word.
+    data = json.loads((out / "jfk.json").read_text())
+    words = [w for s in data["segments"] for w in s["words"]]
+    assert "".join(w["text"] for w in words).split() == transcript.split()
+    assert len(cues) > len(data["segments"])  # segments were cut into cues
+    starts = {round(w["start"] * 1000) for w in words}
+    for times, _text in cues:
+        h, m, rest = times.split(" --> ")[0].split(":")
+        s, ms = rest.split(",")
+        assert ((int(h) * 60 + int(m)) * 60 + int(s)) * 1000 + int(ms) in starts, times
+    # The defaults (42 characters, two lines) give fewer, longer cues.
+    res = run([*args[:6], "--overwrite"], store, tmp_path)
+    assert res.returncode == 0, res.stderr
+    default = _cues((out / "jfk.srt").read_text(encoding="utf-8"))
+    assert len(default) < len(cues) and max(len(line) for _t, text in default for line in text) > 20
+    assert all(len(text) <= 2 and max(map(len, text)) <= 42 for _t, text in default)
+
+
+def test_word_timestamps_only_when_subtitles_or_asked(store: Path, tmp_path: Path) -> None:
+    clip = espeak("Please call me back tomorrow afternoon.", tmp_path / "clip.wav", voice="en")
+    for formats, flags, timed in (("json", [], False), ("json,vtt", [], True),
+                                  ("json", ["--word-timestamps"], True)):  # fmt: skip
+        out = tmp_path / formats.replace(",", "-") / "-".join(flags)
+        res = run(["transcribe", str(clip), "--format", formats, "--output-dir", str(out),
+                   *flags], store, tmp_path)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        segments = json.loads((out / "clip.json").read_text())["segments"]
+        assert bool(segments) and all(bool(s["words"]) == timed for s in segments), formats
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--max-lines", "0", "argument --max-lines: must be a whole number from 1 to 10, not 0"),
+        ("--max-line-chars", "wide", "argument --max-line-chars: must be a whole number"),
+        ("--max-cue-seconds", "0", "must be a number of seconds from 0.5 to 600"),
+        ("--min-cue-gap", "-1", "argument --min-cue-gap: must be a number of seconds from 0"),
+    ],
+)
+def test_bad_subtitle_rules_are_usage_errors(store: Path, tmp_path: Path, flag, value, says):
+    res = run(["transcribe", str(tmp_path / "any.wav"), "--format", "srt", flag, value], store,
+              tmp_path)  # fmt: skip
+    assert res.returncode == 2 and says in res.stderr and "Traceback" not in res.stderr

@@ -118,3 +118,40 @@ def test_a_file_that_is_not_json_is_set_aside_once(path: Path) -> None:
     settings.set_value("language", "de")
     assert json.loads(path.read_text()) == {"language": "de"}
     assert path.with_name("settings.json.broken").read_text() == "{not json"
+
+
+def test_subtitle_rules_round_trip_and_refuse_what_no_subtitle_can_be(path: Path) -> None:
+    from deskscribe.transcript import SubtitleRules
+
+    assert settings.subtitle_rules() == SubtitleRules()  # nothing set: the defaults
+    settings.set_value("subtitle_max_line_chars", "32")  # as `deskscribe config` gives it
+    settings.set_value("subtitle_max_lines", 1)
+    settings.set_value("subtitle_max_cue_seconds", "5.5")
+    settings.set_value("subtitle_min_cue_gap", 0)
+    settings.set_value("subtitle_speaker_names", "off")
+    wanted = SubtitleRules(max_line_chars=32, max_lines=1, max_cue_seconds=5.5, min_cue_gap=0,
+                           speaker_names=False)  # fmt: skip
+    assert settings.subtitle_rules() == wanted
+    assert json.loads(path.read_text()) == {
+        "subtitle_max_line_chars": 32,
+        "subtitle_max_lines": 1,
+        "subtitle_max_cue_seconds": 5.5,
+        "subtitle_min_cue_gap": 0.0,
+        "subtitle_speaker_names": False,
+    }
+    assert settings.text("subtitle_max_cue_seconds") == "5.5"
+    from_file = settings.Settings.from_json(json.loads(path.read_text()))  # the next start
+    assert settings.subtitle_rules(from_file) == wanted
+    for key, bad, says in [
+        ("subtitle_max_lines", "0", "subtitle_max_lines must be a whole number from 1 to 10"),
+        ("subtitle_max_line_chars", "12.5", "whole number"),
+        ("subtitle_max_line_chars", "wide", "whole number"),
+        ("subtitle_max_cue_seconds", "nan", "number of seconds"),
+        ("subtitle_min_cue_gap", "-0.1", "from 0 to 1"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            settings.set_value(key, bad)
+    assert settings.subtitle_rules() == wanted  # nothing changed
+    # A value written by hand that no subtitle can have counts as not set.
+    path.write_text(json.dumps({"subtitle_max_lines": 0, "subtitle_max_line_chars": 20}))
+    assert settings.subtitle_rules() == SubtitleRules(max_line_chars=20)

@@ -20,10 +20,11 @@ LOCAL_ONLY = (
 )
 
 
-def transcribe_on_ray(args) -> int:
+def transcribe_on_ray(args, subtitles=None) -> int:
     """``deskscribe transcribe --ray ADDRESS FILES...``: the files run as file jobs (those of
     the app's queue) spread over the cluster, a progress bar each; a file that fails says why
-    and the others go on; outputs are written here, as without --ray. Exit codes as there."""
+    and the others go on; outputs are written here, as without --ray (``subtitles``: the
+    rules of SRT and VTT). Exit codes as there."""
     from tqdm import tqdm
 
     from .cli_progress import bar_progress, file_bar
@@ -69,7 +70,7 @@ def transcribe_on_ray(args) -> int:
             continue
         job = FileJob(source=path, model=args.model, device=args.device, language=args.language,
                       languages=languages, speakers=speakers, batched=args.batched,
-                      vocabulary=args.vocabulary)  # fmt: skip
+                      vocabulary=args.vocabulary, exports=tuple(formats))  # fmt: skip
         work.append((job, targets))
     if not work:
         return 1 if failed else 0
@@ -98,7 +99,7 @@ def transcribe_on_ray(args) -> int:
             targets[0].parent.mkdir(parents=True, exist_ok=True)
             for fmt, target in zip(formats, targets, strict=True):
                 export(result.transcript, target, fmt, overwrite=args.overwrite,
-                       timestamps=args.timestamps)  # fmt: skip
+                       timestamps=args.timestamps, subtitles=subtitles)  # fmt: skip
                 if not args.quiet:
                     tqdm.write(str(target), file=sys.stderr)
         except (ExportExistsError, OSError, ValueError) as e:  # keep the work, say where

@@ -61,7 +61,52 @@ def add_job_options(t: argparse.ArgumentParser) -> None:
         metavar="auto|N|MIN-MAX",
         help="label who speaks: auto (count found), a count such as 2, or a range such as 2-4",
     )
+    add_subtitle_options(t)
     t.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _rule(name: str):
+    """An argparse type for the subtitle rule ``name``: its limits, said when broken."""
+    from .transcript.subtitles import rule_value
+
+    def convert(text: str) -> int | float:
+        try:
+            return rule_value(name, text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return convert
+
+
+def add_subtitle_options(t: argparse.ArgumentParser) -> None:
+    """How SRT and VTT exports lay out their cues (``transcript.subtitles.SubtitleRules``)."""
+    g = t.add_argument_group(
+        "subtitles (srt, vtt)",
+        "Cues are cut at sentence ends, then pauses and punctuation, by word times (computed "
+        "whenever srt or vtt is among the formats).",
+    )
+    g.add_argument("--max-line-chars", type=_rule("max_line_chars"), default=42, metavar="N",
+                   help="characters per line, at most (default: 42)")  # fmt: skip
+    g.add_argument("--max-lines", type=_rule("max_lines"), default=2, metavar="N",
+                   help="lines per cue, at most (default: 2)")  # fmt: skip
+    g.add_argument("--max-cue-seconds", type=_rule("max_cue_seconds"), default=7.0, metavar="S",
+                   help="seconds a cue stays on screen, at most (default: 7)")  # fmt: skip
+    g.add_argument("--min-cue-gap", type=_rule("min_cue_gap"), default=0.08, metavar="S",
+                   help="seconds between two cues, at least (default: 0.08; 0: none)")  # fmt: skip
+    g.add_argument("--speaker-names", action=argparse.BooleanOptionalAction, default=True,
+                   help="the speaker's name before a cue where the speaker changes, when "
+                   "speakers are labelled (default: on)")  # fmt: skip
+
+
+def subtitle_rules(args: argparse.Namespace):
+    """The ``SubtitleRules`` of the command's subtitle options."""
+    from .transcript.subtitles import SubtitleRules
+
+    return SubtitleRules(
+        max_line_chars=args.max_line_chars, max_lines=args.max_lines,
+        max_cue_seconds=args.max_cue_seconds, min_cue_gap=args.min_cue_gap,
+        speaker_names=args.speaker_names,
+    )  # fmt: skip
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -72,7 +117,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--overwrite", action="store_true", help="replace existing output files")
     t.add_argument("--beam-size", type=int, default=5, help="1 for greedy decoding")
     t.add_argument(
-        "--word-timestamps", action="store_true", help="time every word (JSON keeps them)"
+        "--word-timestamps",
+        action="store_true",
+        help="time every word (JSON keeps them; on by itself with srt or vtt)",
     )
     t.add_argument("--initial-prompt", help="text that primes vocabulary and style")
     t.add_argument(
@@ -124,7 +171,7 @@ def transcribe(args: argparse.Namespace) -> int:
     if args.ray:
         from .cli_cluster import transcribe_on_ray
 
-        return transcribe_on_ray(args)
+        return transcribe_on_ray(args, subtitle_rules(args))
     from .service.files import plan_outputs
 
     formats = parse_formats(args.format)
@@ -133,7 +180,7 @@ def transcribe(args: argparse.Namespace) -> int:
     if args.channels == "split" and (args.speakers is not None or args.speaker_model is not None):
         _err("--channels split labels speakers by channel; leave out --speakers/--speaker-model")
         return EXIT_USAGE
-    engine = _engine(args)
+    engine = _engine(args, formats)
     if engine is None:
         return EXIT_USAGE
     model, speakers, encoder, options = engine
@@ -160,7 +207,7 @@ def transcribe(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _engine(args: argparse.Namespace):
+def _engine(args: argparse.Namespace, formats: list[str]):
     """(model, speakers, encoder, TranscribeOptions) loaded and checked before any work;
     None after saying why it cannot be."""
     from .service.failures import describe_failure
@@ -191,7 +238,7 @@ def _engine(args: argparse.Namespace):
         word_timestamps=args.word_timestamps, initial_prompt=args.initial_prompt,
         vocabulary=args.vocabulary,
         condition_on_previous_text=True if args.condition_on_previous_text else None,
-        batched=args.batched, batch_size=max(0, args.batch_size),
+        batched=args.batched, batch_size=max(0, args.batch_size), exports=tuple(formats),
     ))  # fmt: skip
     vocabulary = plan_prompt(model.tokenizer, model.dims.n_text_ctx, args.vocabulary)
     if vocabulary.note:
@@ -232,10 +279,12 @@ def _exported(args, path: Path, transcript, formats: list[str], targets: list[Pa
     from .library.rescue import rescue_note
     from .transcript.export import ExportExistsError, export
 
+    rules = subtitle_rules(args)
     try:
         targets[0].parent.mkdir(parents=True, exist_ok=True)
         for fmt, target in zip(formats, targets, strict=True):
-            export(transcript, target, fmt, overwrite=args.overwrite, timestamps=args.timestamps)
+            export(transcript, target, fmt, overwrite=args.overwrite, timestamps=args.timestamps,
+                   subtitles=rules)  # fmt: skip
             if not args.quiet:
                 print(target, file=sys.stderr)
     except (ExportExistsError, OSError, ValueError) as err:

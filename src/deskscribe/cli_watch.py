@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .cli_transcribe import EXIT_OK, EXIT_USAGE, add_job_options, parse_formats
+from .cli_transcribe import EXIT_OK, EXIT_USAGE, add_job_options, parse_formats, subtitle_rules
 
 POLL_SECONDS = 2.0
 
@@ -69,7 +69,8 @@ def watch(args: argparse.Namespace) -> int:
         WatchFolder(f.resolve(), recursive=args.recursive, model=model_name,
                     language=args.language, speakers=args.speakers or "off", languages=languages,
                     formats=tuple(formats), output_dir=str(args.output_dir) if args.output_dir
-                    else None, vocabulary=args.vocabulary, batched=args.batched)
+                    else None, vocabulary=args.vocabulary, batched=args.batched,
+                    subtitles=subtitle_rules(args))
         for f in args.folders
     ]  # fmt: skip
     models = ModelCache(threads=args.threads)

@@ -51,6 +51,23 @@ KNOWN = {
     "too: true or false (default: false)",
     "watch_folders": "folders whose new files are transcribed by themselves, as JSON: "
     '[{"path": "/home/me/Recordings", "formats": ["txt", "srt"], "recursive": false}]',
+    "subtitle_max_line_chars": "SRT/VTT exports: characters per subtitle line, at most "
+    "(default: 42)",
+    "subtitle_max_lines": "SRT/VTT exports: lines per subtitle, at most (default: 2)",
+    "subtitle_max_cue_seconds": "SRT/VTT exports: seconds a subtitle stays on screen, at most "
+    "(default: 7)",
+    "subtitle_min_cue_gap": "SRT/VTT exports: seconds between two subtitles, at least "
+    "(default: 0.08)",
+    "subtitle_speaker_names": "SRT/VTT exports: the speaker's name before a subtitle where the "
+    "speaker changes: true or false (default: true)",
+}
+# Settings that are numbers: the subtitle rule each one sets (its limits in
+# ``transcript.subtitles.LIMITS``).
+SUBTITLE_NUMBERS = {
+    "subtitle_max_line_chars": "max_line_chars",
+    "subtitle_max_lines": "max_lines",
+    "subtitle_max_cue_seconds": "max_cue_seconds",
+    "subtitle_min_cue_gap": "min_cue_gap",
 }
 # Settings that hold a list of objects (JSON in ``deskscribe config``).
 _OBJECT_LISTS = frozenset({"watch_folders"})
@@ -101,6 +118,12 @@ class Settings:
     server_key: str | None = None  # a secret (SECRETS)
     transcribe_library: bool = False
     watch_folders: list[dict] = field(default_factory=list)  # service.watch.WatchFolder's
+    # SRT/VTT's rules (``subtitle_rules``); None: ``SubtitleRules``' default.
+    subtitle_max_line_chars: int | None = None
+    subtitle_max_lines: int | None = None
+    subtitle_max_cue_seconds: float | None = None
+    subtitle_min_cue_gap: float | None = None
+    subtitle_speaker_names: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -135,6 +158,13 @@ def parse(key: str, value: Any) -> Any:
         return default
     if key in _OBJECT_LISTS:
         return _objects(key, value)
+    if key in SUBTITLE_NUMBERS:
+        from .transcript.subtitles import rule_value
+
+        try:
+            return rule_value(SUBTITLE_NUMBERS[key], value)
+        except ValueError as e:
+            raise ValueError(f"{key} {e}") from None
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -168,6 +198,19 @@ def _stored(key: str, value: Any) -> Any:
     if isinstance(value, list):
         return ",".join(value) if key in _TEXT_LISTS else list(value)
     return value
+
+
+def subtitle_rules(settings: Settings | None = None):
+    """The subtitle rules (``transcript.subtitles.SubtitleRules``) of ``settings`` (default:
+    the current ones): what SRT and VTT exports follow when the user did not choose others."""
+    from .transcript.subtitles import SubtitleRules
+
+    s = _settings() if settings is None else settings
+    given = {rule: getattr(s, key) for key, rule in SUBTITLE_NUMBERS.items()}
+    return SubtitleRules(
+        **{rule: value for rule, value in given.items() if value is not None},
+        speaker_names=s.subtitle_speaker_names,
+    )
 
 
 # --------------------------------------------------------------------------- the file, once

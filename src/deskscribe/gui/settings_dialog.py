@@ -1,5 +1,6 @@
-"""Settings: default model, device, language, vocabulary, where and how transcripts are exported,
-the DeskScribe server files may be transcribed on, and watch folders; one tab each.
+"""Settings: default model, device, language, vocabulary, where and how transcripts are exported
+(the subtitle rules of SRT and VTT too), the DeskScribe server files may be transcribed on, and
+watch folders; one tab each.
 
 Values live in the same settings file as ``deskscribe config`` uses; they are written on a
 worker thread when the user presses Save. The server's Test button asks the server on a worker
@@ -28,10 +29,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from .. import settings
 from ..errors import DeskScribeError
 from ..service.remote import RemoteError, check_server, normalize_url
 from ..transcript.export import FORMATS
+from ..transcript.subtitles import SubtitleRules
 from .context import DEVICE_CHOICES, AppContext
+from .export_dialog import SubtitleRulesBox
 from .file_options import FORMAT_LABELS
 from .watch_folders import WatchFoldersBox
 from .widgets import LanguageCombo, heading, muted
@@ -123,6 +127,8 @@ class SettingsDialog(QDialog):
         self.automatic = QCheckBox("Export each file automatically when it is done")
         self.automatic.setChecked(ctx.get_bool("export_automatically"))
         form.addRow("", self.automatic)
+        self.subtitles = SubtitleRulesBox(settings.subtitle_rules())
+        form.addRow(self.subtitles)
         form.addRow(muted("The light or dark look follows your operating system's setting."))
         self.watch_folders = WatchFoldersBox(ctx)
         self.tabs.addTab(general, "General")
@@ -263,7 +269,18 @@ class SettingsDialog(QDialog):
             "server_url": self.server_url.text().strip() or None,
             "server_key": self.server_key.text().strip() or None,
             "watch_folders": self.watch_folders.value(),
+            **self._subtitle_values(),
         }
+
+    def _subtitle_values(self) -> dict:
+        """The subtitle rules as settings; a rule at its default is left unset (None)."""
+        rules, default = self.subtitles.rules(), SubtitleRules()
+        values = {
+            key: getattr(rules, rule) if getattr(rules, rule) != getattr(default, rule) else None
+            for key, rule in settings.SUBTITLE_NUMBERS.items()
+        }
+        values["subtitle_speaker_names"] = rules.speaker_names
+        return values
 
     def save(self) -> None:
         values = self.values()

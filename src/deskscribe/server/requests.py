@@ -178,7 +178,10 @@ def transcribe_options(f: Fields) -> TranscribeOptions:
         task=f.task,
         temperatures=tuple(t for t in TEMPERATURES if t >= f.temperature) or (f.temperature,),
         initial_prompt=f.prompt,
-        word_timestamps="word" in f.granularities or f.include_logprobs,
+        # Subtitles are cut at words, by their times (transcript.subtitles).
+        word_timestamps="word" in f.granularities
+        or f.include_logprobs
+        or f.response_format in ("srt", "vtt"),
         batched=True,
         vad=vad,
     )

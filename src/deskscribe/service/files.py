@@ -24,6 +24,7 @@ from ..speakers.channels import transcribe_channels
 from ..speakers.diarize import parse_speakers
 from ..speakers.encoder import SpeakerModelError
 from ..transcript import Transcript
+from ..transcript.export import SUBTITLE_FORMATS
 from ..whisper.model import WhisperModel
 from ..whisper.transcribe import TranscribeOptions, transcribe_file
 from .failures import describe_failure
@@ -179,15 +180,23 @@ def plan_outputs(
     return planned
 
 
+def wants_word_times(formats) -> bool:
+    """Whether exports in ``formats`` need word timestamps: subtitles (SRT, VTT) are cut into
+    cues by word times (``transcript.subtitles``)."""
+    return any(str(f).lower() in SUBTITLE_FORMATS for f in formats)
+
+
 def transcribe_options(job: FileJob) -> TranscribeOptions:
     """The engine's options for ``job``: the one place a file job's wishes become them (the
-    file queue, ``deskscribe transcribe`` and ``sessions recover --transcribe``)."""
+    file queue, ``deskscribe transcribe``, ``deskscribe watch`` and ``sessions recover
+    --transcribe``). Word timestamps when asked for, or when the job's exports hold
+    subtitles."""
     return TranscribeOptions(
         language=job.language or None,
         languages=tuple(job.languages),
         task=job.task,
         beam_size=job.beam_size,
-        word_timestamps=job.word_timestamps,
+        word_timestamps=job.word_timestamps or wants_word_times(job.exports),
         initial_prompt=job.initial_prompt,
         vocabulary=job.vocabulary or None,
         condition_on_previous_text=job.condition_on_previous_text,

@@ -36,6 +36,9 @@ class FileJob:
     # Not the user's own pick (a watched folder's): decoded only as real media, once, into a
     # WAV of ours (``audio.transcode``).
     untrusted: bool = False
+    # The formats its transcript is exported to; SRT or VTT among them turn word timestamps on
+    # (``service.files.transcribe_options``: subtitles are cut by word times).
+    exports: tuple[str, ...] = ()
 
 
 @dataclass

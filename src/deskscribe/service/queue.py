@@ -26,6 +26,7 @@ from ..library import Item, Library, LibraryError
 from ..library.rescue import rescue_note
 from ..transcript import Transcript
 from ..transcript.export import FORMATS, export
+from ..transcript.subtitles import SubtitleRules
 from .jobs import TRANSCRIBE_SHARE, FileJob, FileJobResult
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class ExportOptions:
     formats: list[str] = field(default_factory=lambda: ["txt"])
     output_dir: str | None = None  # None: next to the media file
     automatic: bool = False  # export as soon as a job is done
+    subtitles: SubtitleRules | None = None  # SRT/VTT's rules; None: the settings' at export
 
 
 @dataclass
@@ -135,9 +137,10 @@ def queue_files(
     return out
 
 
-def job_for_item(item: Item, device: str = "auto") -> FileJob:
+def job_for_item(item: Item, device: str = "auto", exports: Sequence[str] = ()) -> FileJob:
     """The ``FileJob`` of a queued library item: its options, plus what the app's settings
-    add (the batched path unless ``batched_files`` opts out; the vocabulary)."""
+    add (the batched path unless ``batched_files`` opts out; the vocabulary; word times).
+    ``exports``: the formats its transcript goes to."""
     options = item.options
     batched = options.get("batched")
     return FileJob(
@@ -150,17 +153,29 @@ def job_for_item(item: Item, device: str = "auto") -> FileJob:
         batched=settings.flag("batched_files", True) if batched is None else bool(batched),
         vocabulary=options.get("vocabulary") or settings.get("vocabulary") or None,
         untrusted=bool(options.get("untrusted")),
+        # Library transcripts are checked and corrected in the transcript view, which needs
+        # the words' times (click a word, the word being heard, edits that keep the times,
+        # subtitles cut at words).
+        word_timestamps=True,
+        exports=tuple(exports),
     )
 
 
 def item_exports(item: Item, default: ExportOptions | None) -> ExportOptions | None:
     """Where an item's transcript goes: its own exports (a watched folder's files carry
-    theirs, automatic), else the queue's."""
+    theirs, automatic, with their subtitle rules when the folder has its own), else the
+    queue's."""
     own = item.options.get("export")
     if not isinstance(own, dict):
         return default
     formats = [str(f) for f in own.get("formats") or () if str(f) in FORMATS] or ["txt"]
-    return ExportOptions(formats, own.get("output_dir") or None, automatic=True)
+    rules = None
+    if isinstance(own.get("subtitles"), dict):
+        try:
+            rules = SubtitleRules.from_dict(own["subtitles"])
+        except (TypeError, ValueError):  # written by hand, or by a newer version: the settings'
+            log.warning("ignoring the subtitle rules of item %s: %r", item.id, own["subtitles"])
+    return ExportOptions(formats, own.get("output_dir") or None, automatic=True, subtitles=rules)
 
 
 Runner = Callable[..., FileJobResult]  # run(job, progress=..., cancel=...) -> result
@@ -184,7 +199,8 @@ def run_queued_item(
     export_options = item_exports(item, export_options)
     library.update(item_id, status="running", progress=0.0, error=None)
     report = _Reporter(library, item_id, progress)
-    result = run(job_for_item(item, device), progress=report, cancel=cancel)
+    formats = export_options.formats if export_options is not None else ()
+    result = run(job_for_item(item, device, formats), progress=report, cancel=cancel)
     if result.duration is not None:
         with contextlib.suppress(LibraryError):
             library.update(item_id, duration=result.duration)
@@ -217,16 +233,19 @@ def run_queued_item(
 
 
 def export_all(transcript: Transcript, source: Path, options: ExportOptions) -> list[Path]:
-    """Write ``transcript`` in every chosen format, named after ``source``; returns the files."""
+    """Write ``transcript`` in every chosen format, named after ``source``; returns the files.
+    SRT and VTT follow ``options.subtitles``, else the settings' rules."""
     folder = Path(options.output_dir) if options.output_dir else source.parent
     folder.mkdir(parents=True, exist_ok=True)
+    rules = options.subtitles or settings.subtitle_rules()
     written = []
     for fmt in options.formats:
         if fmt not in FORMATS:
             raise ValueError(f"unknown export format {fmt!r}; one of {', '.join(FORMATS)}")
         for _attempt in range(5):  # another program may create the name in between
             with contextlib.suppress(FileExistsError):
-                written.append(export(transcript, unique_path(folder / f"{source.stem}.{fmt}")))
+                target = unique_path(folder / f"{source.stem}.{fmt}")
+                written.append(export(transcript, target, subtitles=rules))
                 break
     return written
 

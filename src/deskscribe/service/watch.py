@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fsutil import write_atomic
+from ..transcript.subtitles import SubtitleRules
 from .queue import MEDIA_SUFFIXES, job_options
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class WatchFolder:
     output_dir: str | None = None  # None: next to each file
     vocabulary: str | None = None  # None: the app's setting
     batched: bool | None = None  # None: the app's setting
+    subtitles: SubtitleRules | None = None  # SRT/VTT's rules; None: the app's settings
 
     def options(self) -> dict[str, Any]:
         """The queue's job options for a file of this folder: what makes it the same
@@ -63,6 +65,8 @@ class WatchFolder:
         if self.batched is not None:
             options["batched"] = self.batched
         options["export"] = {"formats": list(self.formats), "output_dir": self.output_dir}
+        if self.subtitles is not None:
+            options["export"]["subtitles"] = self.subtitles.to_dict()
         options["untrusted"] = True
         return options
 
@@ -78,6 +82,10 @@ class WatchFolder:
         known["path"] = Path(str(known.get("path") or "")).expanduser()
         known["formats"] = tuple(known.get("formats") or ("txt",))
         known["languages"] = tuple(known.get("languages") or ())
+        if isinstance(known.get("subtitles"), dict):
+            known["subtitles"] = SubtitleRules.from_dict(known["subtitles"])
+        elif known.get("subtitles") is not None:
+            raise ValueError(f"subtitles is an object of rules, not {known['subtitles']!r}")
         return cls(**known)
 
 
