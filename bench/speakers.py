@@ -4,7 +4,7 @@ synthetic conversations.
     python bench/speakers.py [--whisper tiny.en|base] [--speaker-model FOLDER]
                              [--rotations 4] [--sets two,three,four,call,ami] [--sweep]
                              [--calibrate] [--long MINUTES] [--growing MINUTES] [--overlap]
-                             [--live-replay]
+                             [--live-replay] [--sentence-turns]
                              [--threads N] [--cache bench/out]
 
 Real sets: ``../shared/eval/ami`` (eleven 60 s AMI meeting clips, four people, far-field;
@@ -31,6 +31,12 @@ passes before (``speakers.growing``): seconds per pass, speakers and DER both wa
 ``--live-replay`` feeds each conversation's words to the live labeller in the batches a live
 session commits, with the label revisions at the session's spacing, and prints word accuracy at
 commit, while recording and at the end (before the pass at Stop), with and without them.
+
+``--sentence-turns`` transcribes and diarizes each set of ``--sets`` once and assigns its
+words twice, with the sentence rule (``speakers.sentence_turns``: a weak speaker change inside
+a sentence moved to its end or a pause) off and on: speaker changes, how many fall inside a
+sentence, word accuracy and DER of the words against the reference, per set and pooled (the
+AMI clips have no word references, but their reference turns score the words' speakers).
 
 ``--overlap`` asks whether the speaker model's windows can tell where two people speak at
 once on one track (the words' ``overlap`` flag is set only from split channels and meeting
@@ -338,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         "session commits (no sound device): word accuracy at commit, while recording, at the end",
     )
     p.add_argument(
+        "--sentence-turns",
+        action="store_true",
+        help="speaker changes inside sentences, word accuracy and DER of the words with the "
+        "sentence rule of the word assignment off and on, side by side (Whisper + diarization)",
+    )
+    p.add_argument(
         "--calibrate",
         action="store_true",
         help="measure the speaker model's clustering threshold on the dev sets and store it "
@@ -388,6 +400,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine: {machine_line(args.threads)}")
         print(f"speaker model: {encoder.name} ({encoder.kind}); Whisper {args.whisper} fp32\n")
         measure_live_replay(whisper, encoder, cache, "ami" in args.sets.split(","))
+        return 0
+    if args.sentence_turns:
+        from speakers_tools import measure_sentence_turns
+
+        names = args.sets.split(",")
+        sets = load_sets([n for n in names if n != "ami"], args.rotations, cache)
+        sets += load_ami(cache) if "ami" in names else []
+        print(f"machine: {machine_line(args.threads)}")
+        print(f"speaker model: {encoder.name} ({encoder.kind}); Whisper {args.whisper} fp32")
+        rows = measure_sentence_turns(whisper, encoder, sets)
+        out = cache / "results" / f"sentence-turns-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"rows": rows, "whisper": args.whisper}, indent=1))
+        print(f"\nraw figures: {out}")
         return 0
     names = args.sets.split(",")
     sets = load_sets([n for n in names if n != "ami"], args.rotations, cache)

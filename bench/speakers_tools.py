@@ -8,6 +8,7 @@ Run through ``bench/speakers.py``; see its docstring and bench/README.md.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -339,3 +340,94 @@ def measure_live_replay(whisper, encoder, cache: Path, ami: bool = False) -> Non
 def span(values) -> str:
     """Mean (lowest-highest)."""
     return f"{np.mean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def measure_sentence_turns(whisper, encoder, sets: list[dict]) -> list[dict]:
+    """Speaker changes inside sentences, with the sentence rule of the word assignment off
+    and on (``speakers.sentence_turns``), side by side on the same words and diarization:
+    each set is transcribed with word timestamps and diarized once, then its words assigned
+    both ways. Per set: changes between neighbouring words, how many of them fall inside a
+    sentence (not after a sentence end, nor at a pause of ``PAUSE_SECONDS`` or more), word
+    accuracy (share of the words inside a reference turn that got the right speaker) and DER
+    of the words (each word's span as a turn; pyannote.metrics, collar 0.25 s, on the UEM).
+    Totals: cuts summed, word accuracy pooled over the words counted, DER pooled over the
+    scored reference time (a set without words counts its speech as missed both ways)."""
+    import speaker_metrics as metrics
+    from common import word_turns
+    from deskscribe.speakers.assign import assign_speakers
+    from deskscribe.speakers.diarize import diarize, transcribe_words
+    from deskscribe.speakers.sentence_turns import PAUSE_SECONDS, mid_sentence_changes
+
+    rows = []
+    for s in sets:
+        transcript, audio = transcribe_words(whisper, s["path"])
+        result = diarize(audio, encoder)
+        row: dict = {"set": s["name"], "group": _group(s)}
+        for rule, tag in ((False, "off"), (True, "on")):
+            labelled = assign_speakers(transcript, result, sentences=rule)
+            words = [w for seg in labelled.segments for w in seg.words]
+            said = [w for w in words if w.speaker is not None]
+            spans = word_turns(labelled)
+            counted = sum(metrics.speaker_at(s["turns"], a, b) is not None for a, b, _ in spans)
+            score = pyannote_der(s["turns"], spans, s.get("uem"))
+            row[tag] = {
+                "changes": sum(a.speaker != b.speaker for a, b in itertools.pairwise(said)),
+                "mid": mid_sentence_changes(words),
+                "accuracy": metrics.word_accuracy(s["turns"], spans) if counted else None,
+                "counted": counted,
+                "der": score["der"],
+                "scored_s": score["scored_s"],
+            }
+        rows.append(row)
+        print(
+            f"  {s['name']}: mid-sentence {row['off']['mid']} -> {row['on']['mid']}, "
+            f"word acc {pct(row['off']['accuracy'])} -> {pct(row['on']['accuracy'])} %",
+            file=sys.stderr,
+        )
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+    totals = [_pooled(f"{g} (all {len(rs)})", rs) for g, rs in groups.items() if len(rs) > 1]
+    real = [r for r in rows if r["group"] in ("call", "ami")]
+    if len(real) > 1 and len(totals) > 1:
+        totals.append(_pooled(f"call + ami (all {len(real)})", real))
+    print(
+        f"\nspeaker changes inside sentences (not after . ? ! … nor at a pause >= "
+        f"{PAUSE_SECONDS} s between words), rule off -> on:\n"
+    )
+    print(markdown_table(
+        ["set", "words counted", "changes", "mid-sentence", "word acc %", "words DER %"],
+        [[r["set"], str(r["on"]["counted"]),
+          f"{r['off']['changes']} -> {r['on']['changes']}",
+          f"{r['off']['mid']} -> {r['on']['mid']}",
+          f"{pct(r['off']['accuracy'])} -> {pct(r['on']['accuracy'])}",
+          f"{pct(r['off']['der'])} -> {pct(r['on']['der'])}"]
+         for r in rows + totals],
+    ))  # fmt: skip
+    return rows
+
+
+def _group(s: dict) -> str:
+    if s["synthetic"]:
+        return s["name"].split("/")[0]
+    return "ami" if s["name"].startswith("ami ") else "call"
+
+
+def _pooled(name: str, rows: list[dict]) -> dict:
+    out: dict = {"set": name}
+    for tag in ("off", "on"):
+        parts = [r[tag] for r in rows]
+        counted = sum(p["counted"] for p in parts)
+        scored = sum(p["scored_s"] for p in parts)
+        out[tag] = {
+            "changes": sum(p["changes"] for p in parts),
+            "mid": sum(p["mid"] for p in parts),
+            "counted": counted,
+            "accuracy": (
+                sum((p["accuracy"] or 0.0) * p["counted"] for p in parts) / counted
+                if counted
+                else None
+            ),
+            "der": sum(p["der"] * p["scored_s"] for p in parts) / scored if scored else None,
+        }
+    return out

@@ -5,7 +5,11 @@
 and segment carries a speaker id, with segments cut where the speaker changes, and the turns
 themselves are kept as ``Transcript.turns`` (who spoke when, pauses and unrecognised speech
 included: what the RTTM export and the JSON ``turns`` write). Speakers
-``S1``, ``S2``, … without a name get "Speaker 1", "Speaker 2", … as display names.
+``S1``, ``S2``, … without a name get "Speaker 1", "Speaker 2", … as display names. Given a
+``Diarization`` (files, the pass at Stop of a live session, the live revisions: every caller
+passes one), a change the diarization placed inside a sentence is moved to the sentence's end
+or a pause unless its evidence holds (``sentence_turns.respect_sentences``; ``sentences=False``
+keeps the changes where the turns put them).
 
 ``mark_overlaps(segments)``: words said while a word of another speaker was being said get
 ``overlap = True`` (JSON ``"overlap": true``). Only transcripts whose speakers were heard
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..transcript import Segment, SpeakerTurn, Transcript, Word
+from .sentence_turns import respect_sentences
 
 
 class TurnLike(Protocol):
@@ -44,22 +49,28 @@ def _speaker_for(start: float, end: float, turns: Sequence[TurnLike]) -> str | N
     return min(turns, key=lambda t: max(t.start - mid, mid - t.end, 0.0)).speaker
 
 
-def assign_speakers(transcript: Transcript, turns) -> Transcript:
+def assign_speakers(transcript: Transcript, turns, *, sentences: bool = True) -> Transcript:
     """A copy of ``transcript`` with a speaker on every word and segment, segments cut where
     the speaker changes (ids renumbered). A segment without words gets the speaker of its
-    time span. The tokens of a cut segment stay with its first piece."""
+    time span. The tokens of a cut segment stay with its first piece.
+
+    With ``sentences`` (the default) and turns that carry the diarization's evidence
+    (``Diarization.scores``), a change inside a sentence that the evidence does not hold up
+    is moved to the sentence's end or a pause (``sentence_turns.respect_sentences``)."""
     turn_list = list(getattr(turns, "turns", turns))
+    labelled = [
+        [dataclasses.replace(w, speaker=_speaker_for(w.start, w.end, turn_list)) for w in seg.words]
+        for seg in transcript.segments
+    ]
+    if sentences:
+        labelled = _respecting_sentences(labelled, getattr(turns, "scores", None))
     out: list[Segment] = []
-    for seg in transcript.segments:
-        if not seg.words:
-            piece = _copy_segment(seg, seg.words, seg.tokens)
+    for seg, words in zip(transcript.segments, labelled, strict=True):
+        if not words:
+            piece = _copy_segment(seg, words, seg.tokens)
             piece.speaker = _speaker_for(seg.start, seg.end, turn_list)
             out.append(piece)
             continue
-        words = [
-            dataclasses.replace(w, speaker=_speaker_for(w.start, w.end, turn_list))
-            for w in seg.words
-        ]
         groups: list[list[Word]] = [[words[0]]]
         for w in words[1:]:
             if w.speaker != groups[-1][-1].speaker and w.text.strip():
@@ -94,6 +105,20 @@ def assign_speakers(transcript: Transcript, turns) -> Transcript:
     )
     result.name_voices()
     return result
+
+
+def _respecting_sentences(labelled: list[list[Word]], scores) -> list[list[Word]]:
+    """``labelled`` (each segment's words with their speakers) after
+    ``respect_sentences`` over all the words at once (a sentence may span segments)."""
+    flat = [w for words in labelled for w in words]
+    moved = respect_sentences(flat, scores)
+    if all(a is b for a, b in zip(flat, moved, strict=True)):
+        return labelled
+    out, i = [], 0
+    for words in labelled:
+        out.append(moved[i : i + len(words)])
+        i += len(words)
+    return out
 
 
 def _copy_segment(seg: Segment, words, tokens, text: str | None = None) -> Segment:

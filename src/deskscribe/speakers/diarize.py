@@ -32,7 +32,10 @@ found (the caller says so), not noise. ``center`` (mean embedding out) and ``res
 on both the meetings and the call (docs/architecture.md "Speakers").
 
 ``assign_speakers`` (in ``assign.py``, re-exported): every word gets the speaker whose turn
-overlaps it most (the nearest turn when none does), segments cut where the speaker changes.
+overlaps it most (the nearest turn when none does), a change inside a sentence that the
+windows do not clearly hold up moved to the sentence's end or a pause (``sentence_turns.py``;
+the ``Diarization`` carries each window's similarity to every voice for it), segments cut
+where the speaker changes.
 
 ``diarize_file``: transcribe with word timestamps, diarize, assign: what the CLI and the GUI
 call.
@@ -62,6 +65,7 @@ from ..transcript import Transcript
 from . import cluster, resegment
 from . import turns as frames
 from .assign import assign_speakers
+from .sentence_turns import WindowScores
 
 __all__ = [
     "Diarization",
@@ -143,10 +147,13 @@ class DiarizeOptions:
 
 @dataclass
 class Diarization:
-    """Turns in time order, and each speaker's centroid (unit vector) for voice profiles."""
+    """Turns in time order, and each speaker's centroid (unit vector) for voice profiles.
+    ``scores``: each window's span and similarity to every centroid, the evidence the word
+    assignment weighs before cutting a sentence between two speakers (``sentence_turns``)."""
 
     turns: list[Turn]
     centroids: dict[str, np.ndarray]
+    scores: WindowScores | None = None
 
     @property
     def speakers(self) -> list[str]:
@@ -259,7 +266,17 @@ def diarize(
         for lab in order
         if np.any(labels == lab)
     }
-    return Diarization([Turn(a, b, ids[int(lab)]) for a, b, lab in turns], centroids)
+    spans = np.array(windows, dtype=np.float64).reshape(-1, 2) / SAMPLE_RATE
+    voices = np.array(list(centroids.values())).reshape(len(centroids), emb.shape[1])
+    scores = WindowScores(
+        starts=spans[:, 0],
+        ends=spans[:, 1],
+        speakers=list(centroids),
+        similarity=emb @ voices.T,
+        centroid_similarity=voices @ voices.T,
+        hop=hop / SAMPLE_RATE,
+    )
+    return Diarization([Turn(a, b, ids[int(lab)]) for a, b, lab in turns], centroids, scores)
 
 
 def _loose_regions(probs, n_samples: int, opt: DiarizeOptions, strict) -> list[tuple[int, int]]:
