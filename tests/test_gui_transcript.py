@@ -6,8 +6,6 @@ sink; the library searched, renamed and deleted with confirmation."""
 from __future__ import annotations
 
 import os
-import subprocess
-import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -20,22 +18,22 @@ pytest_plugins = ["files_support"]  # fixtures: media, ctx, window, with_speaker
 from docx import Document  # noqa: E402
 from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
-from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QApplication, QMessageBox, QPushButton  # noqa: E402
 
 from conftest import espeak, load, wer  # noqa: E402
 from conversations import build  # noqa: E402
 from deskscribe.audio.decode import decode_audio  # noqa: E402
 from deskscribe.gui.segments_model import SPEAKER, TEXT, TIME  # noqa: E402
 from deskscribe.library import Library  # noqa: E402
+from deskscribe.service.playback import PlaybackState  # noqa: E402
 from deskscribe.speakers.profiles import list_profiles  # noqa: E402
 from deskscribe.transcript import FORMATS, Transcript  # noqa: E402
 from files_support import FOX, STORY, run_queue  # noqa: E402
 from media import write_media  # noqa: E402
+from playback_support import Recorder, played_from  # noqa: E402
 
 LEFT = Qt.MouseButton.LeftButton
 SR = 16000
-SOUND = 16  # 16-bit steps: more is sound (the sink's monitor is digital silence, the noise bed
-# of `lighthouse` is about 100)
 
 
 def answer_dialog(act) -> None:
@@ -121,7 +119,9 @@ def test_edit_rename_merge_find_copy_and_export(
         with qtbot.waitSignal(view.exported, timeout=10_000):
             view.export_to(out / f"call.{fmt}")
     srt = (out / "call.srt").read_text(encoding="utf-8")
-    assert "Alice: Good morning, and thanks for joining so early." in srt
+    shown = [line for b in srt.strip("\n").split("\n\n") for line in b.split("\n")[2:]]
+    assert " ".join(shown).startswith("Alice: Good morning, and thanks for joining so early.")
+    assert max(map(len, shown)) <= 42  # the edited line's 53 characters are broken into lines
     txt = (out / "call.txt").read_text(encoding="utf-8")
     assert txt.startswith("Alice: Good morning, and thanks for joining so early.")
     assert "Speaker 2: " in txt
@@ -200,58 +200,6 @@ def test_click_a_time_plays_from_there(qtbot, pulse, window, ctx, lighthouse, mo
         pulse.remove_sink(sink)
 
 
-class _Recorder:
-    """`parec` on a monitor source, read on a thread so that how much it has heard is known."""
-
-    RATE = 16_000
-
-    def __init__(self, pulse, source: str) -> None:
-        self.data = bytearray()
-        self.proc = subprocess.Popen(
-            ["parec", "-d", source, "--raw", "--format=s16le", f"--rate={self.RATE}",
-             "--channels=1", "--latency-msec=20"],
-            env={**os.environ, **pulse.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while chunk := self.proc.stdout.read1(4096):
-            self.data += chunk
-
-    def seconds(self) -> float:
-        return len(self.data) / 2 / self.RATE
-
-    def sounding(self) -> float:
-        """Seconds heard since the first sound (0 while all is digital silence)."""
-        heard = np.frombuffer(bytes(self.data[: len(self.data) // 2 * 2]), np.int16)
-        loud = np.flatnonzero(np.abs(heard) > SOUND)
-        return (heard.size - loud[0]) / self.RATE if loud.size else 0.0
-
-    def stop(self) -> np.ndarray:
-        self.proc.terminate()
-        self.proc.wait(timeout=5)
-        self._reader.join(timeout=5)
-        return np.frombuffer(bytes(self.data), np.int16).astype(np.float32) / 32768
-
-
-def played_from(heard: np.ndarray, source: np.ndarray, seconds: float = 2.0) -> float | None:
-    """Where in ``source`` the playback recorded in ``heard`` starts (s); None if nothing was
-    heard. Before it the sink's monitor is digital silence; the first ``seconds`` of what it
-    played are found in ``source`` at the peak of their normalized cross-correlation."""
-    loud = np.flatnonzero(np.abs(heard) > SOUND / 32768)
-    if loud.size == 0:
-        return None
-    piece = heard[loud[0] : loud[0] + int(seconds * SR)].astype(np.float64)
-    src = source.astype(np.float64)
-    size = 1 << (src.size + piece.size).bit_length()
-    corr = np.fft.irfft(np.fft.rfft(src, size) * np.conj(np.fft.rfft(piece, size)), size)
-    energy = np.concatenate([[0.0], np.cumsum(src**2)])
-    window = energy[piece.size :] - energy[: -piece.size]  # source energy under the piece
-    score = corr[: window.size] / np.sqrt(np.maximum(window, 1e-12))
-    return int(np.argmax(score)) / SR
-
-
 def _play_and_hear(qtbot, pulse, monitor, window, path) -> None:
     _win, files, view, _lib = window
     rows = run_queue(qtbot, files, [path])
@@ -264,18 +212,18 @@ def _play_and_hear(qtbot, pulse, monitor, window, path) -> None:
     assert len(set(starts)) == len(starts), starts
     start = segments[row].start
 
-    rec = _Recorder(pulse, monitor)
+    rec = Recorder(pulse, monitor)
     try:
         # Click only once the recorder is hearing the sink (parec can be slow to connect).
         qtbot.waitUntil(lambda: rec.seconds() > 0.2, timeout=10_000)
         index = view.model.index(row, TIME)
         qtbot.mouseClick(view.table.viewport(), LEFT, pos=view.table.visualRect(index).center())
-        assert view.play_button.text() == "Stop"
+        assert view.player_bar.play_button.text() == "Pause"
         qtbot.waitUntil(lambda: rec.sounding() > 1.0, timeout=10_000)
         marked = view.model.playing  # the playing segment is marked
         streams = pulse._pactl("list", "sink-inputs").stdout  # where it plays, should it fail
-        qtbot.waitUntil(lambda: view.play_button.text() == "Play", timeout=30_000)  # the end
-        assert not view.player.is_playing and view.model.playing is None
+        qtbot.waitUntil(lambda: view.playback.state is PlaybackState.ENDED, timeout=30_000)
+        assert view.player_bar.play_button.text() == "Play" and view.model.playing is None
         heard_until = rec.seconds() + 0.5
         qtbot.waitUntil(lambda: rec.seconds() > heard_until, timeout=10_000)
     finally:
@@ -288,11 +236,16 @@ def _play_and_hear(qtbot, pulse, monitor, window, path) -> None:
     assert marked == row
     assert not view.banner.isVisible()
 
-    view.player.device = "no such speakers"
+    # No sound device: one notice, with a close button; the player is ready to try again.
+    view.playback.player.device = "no such speakers"
     qtbot.mouseClick(view.table.viewport(), LEFT, pos=view.table.visualRect(index).center())
     qtbot.waitUntil(view.banner.isVisible, timeout=10_000)
     assert "No sound can be played" in view.banner.text.text()
-    qtbot.waitUntil(lambda: view.play_button.text() == "Play", timeout=5_000)
+    qtbot.waitUntil(lambda: view.player_bar.play_button.text() == "Play", timeout=5_000)
+    assert view.playback.state is PlaybackState.FAILED
+    close = next(b for b in view.banner.findChildren(QPushButton) if b.text() == "×")
+    close.click()
+    assert not view.banner.isVisible()
 
 
 def test_library_search_open_rename_and_delete(qtbot, window, ctx, media):

@@ -1,15 +1,20 @@
 """A transcript's segments as an editable Qt table (time, speaker in colour, text), and the
 table view that shows them.
 
-Edits go straight into the `Transcript` it wraps and are announced with `edited`, so the
-transcript view can autosave; the model also marks find matches and the segment playing.
+Every change goes through the model's `EditHistory` (``do``, ``undo``, ``redo``: typed text,
+speakers, splits, joins, renames, merges, replacements), and is announced with ``edited`` so
+the transcript view can autosave. The model also marks find matches, and the line and the word
+being heard (``set_heard``), which the text delegate paints.
 """
 
 from __future__ import annotations
 
+import bisect
+
 from PySide6.QtCore import (
     QModelIndex,
     QPersistentModelIndex,
+    QPoint,
     Qt,
     QTimer,
     Signal,
@@ -18,6 +23,7 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QTableView
 
 from ..transcript import Transcript
+from ..transcript.edits import Edit, EditHistory, EditText, find_pattern, word_spans
 from .table_model import RowTableModel
 from .widgets import clock, speaker_color
 
@@ -25,32 +31,102 @@ COLUMNS = ("Time", "Speaker", "Text")
 TIME, SPEAKER, TEXT = range(3)
 MATCH_BG = QColor(255, 226, 110, 150)
 PLAYING_BG = QColor(90, 160, 255, 70)
+WORD_BG = QColor(255, 196, 60, 200)
 Index = QModelIndex | QPersistentModelIndex
 
 
 class SegmentsModel(RowTableModel):
     COLUMNS = COLUMNS
 
-    edited = Signal()  # the transcript changed (text of a segment)
+    edited = Signal()  # the transcript changed (any edit, undo or redo)
+    history_changed = Signal()  # what Undo and Redo would do changed
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.transcript = Transcript(segments=[])
+        self.history = EditHistory(self.transcript)
         self.matches: list[int] = []
         self._match_set: set[int] = set()
-        self.playing: int | None = None
+        self._find: tuple[str, bool, bool] = ("", False, False)
+        self.playing: int | None = None  # the line being heard
+        self.playing_word: int | None = None  # its word being heard (with word times)
         self._order: list[str] = []
+        self._starts: list[float] | None = None  # line starts, for finding the one heard
 
     def set_transcript(self, transcript: Transcript) -> None:
         self.beginResetModel()
         self.transcript = transcript
-        self.matches, self._match_set, self.playing = [], set(), None
+        self.history = EditHistory(transcript)
+        self.matches, self._match_set = [], set()
+        self.playing = self.playing_word = None
         self._order = transcript.speaker_ids()
+        self._starts = None
         self.endResetModel()
+        self.history_changed.emit()
 
     def refresh(self) -> None:
-        """After a change to the whole transcript (speakers renamed or merged)."""
-        self.set_transcript(self.transcript)
+        """Show the transcript again (after a change to all of it)."""
+        self.beginResetModel()
+        self._order = self.transcript.speaker_ids()
+        self._starts = None
+        self.playing = self.playing_word = None
+        self.endResetModel()
+
+    # --- editing ---------------------------------------------------------------------------
+
+    def do(self, edit: Edit) -> None:
+        """Apply ``edit`` as one undoable step (``ValueError``: it cannot be done; nothing
+        changed)."""
+        rows = self.rowCount()
+        self.history.do(edit)
+        self._after_change(rows)
+
+    def undo(self) -> Edit | None:
+        rows = self.rowCount()
+        edit = self.history.undo()
+        if edit is not None:
+            self._after_change(rows)
+        return edit
+
+    def redo(self) -> Edit | None:
+        rows = self.rowCount()
+        edit = self.history.redo()
+        if edit is not None:
+            self._after_change(rows)
+        return edit
+
+    def _after_change(self, rows_before: int) -> None:
+        if len(self.transcript.segments) != rows_before:
+            self.refresh()  # lines split or joined: the rows are not the same rows
+        else:
+            self._order = self.transcript.speaker_ids()
+            self._starts = None
+            if rows_before:
+                last = self.index(rows_before - 1, len(COLUMNS) - 1)
+                self.dataChanged.emit(self.index(0, 0), last)
+        self._search_again()
+        self.edited.emit()
+        self.history_changed.emit()
+
+    def text_offset(self, row: int) -> int:
+        """Where the shown text (without its leading space) starts in the segment's text."""
+        text = self.transcript.segments[row].text
+        return len(text) - len(text.lstrip())
+
+    def word_spans(self, row: int) -> list[tuple[int, int]]:
+        """(start, end) of each word of line ``row`` in its shown text ([] without words)."""
+        seg = self.transcript.segments[row]
+        lead = self.text_offset(row)
+        return [(a - lead, b - lead) for a, b in word_spans(seg)] if seg.words else []
+
+    def word_at(self, row: int, offset: int) -> int | None:
+        """The word of line ``row`` at character ``offset`` of its shown text (the one before
+        it, between words)."""
+        spans = self.word_spans(row)
+        if not spans:
+            return None
+        k = bisect.bisect_right([a for a, _ in spans], offset) - 1
+        return max(0, k)
 
     # --- Qt model API ----------------------------------------------------------------------
 
@@ -68,8 +144,11 @@ class SegmentsModel(RowTableModel):
             if col == SPEAKER:
                 return self.transcript.speaker_name(seg.speaker) if seg.speaker else ""
             return seg.text.strip()
-        if role == Qt.ItemDataRole.ToolTipRole and col == TIME:
-            return f"{clock(seg.start)} – {clock(seg.end)}: click to play from here"
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == TIME:
+                return f"{clock(seg.start)} – {clock(seg.end)}: click to play from here"
+            if col == TEXT:
+                return "Click a word to go there; double-click to edit; right-click for more"
         if role == Qt.ItemDataRole.ForegroundRole and col == SPEAKER and seg.speaker:
             return QBrush(speaker_color(seg.speaker, self._order))
         if role == Qt.ItemDataRole.FontRole and col == SPEAKER:
@@ -92,50 +171,61 @@ class SegmentsModel(RowTableModel):
         text = " ".join(str(value).split())
         if text == seg.text.strip():
             return False
-        seg.text = " " + text if text else ""
-        seg.words = []  # word times belonged to the old words
-        self.dataChanged.emit(index, index)
-        self.edited.emit()
+        # Word times stay with the words that are still there (a diff of old and new words).
+        self.do(EditText(index.row(), " " + text if text else ""))
         return True
 
     # --- find and playback marks -----------------------------------------------------------
 
-    def find(self, text: str) -> list[int]:
-        """Rows whose text or speaker contains ``text`` (any case); they are highlighted."""
-        needle = text.strip().casefold()
+    def find(self, text: str, case_sensitive: bool = False, whole_word: bool = False) -> list[int]:
+        """Rows whose text or speaker matches ``text``; they are highlighted."""
+        self._find = (text, case_sensitive, whole_word)
         old = self._match_set
         self.matches = []
-        if needle:
+        if text.strip():
+            pattern = find_pattern(text.strip(), case_sensitive=case_sensitive,
+                                   whole_word=whole_word)  # fmt: skip
             t = self.transcript
             self.matches = [
                 i for i, s in enumerate(t.segments)
-                if needle in s.text.casefold()
-                or (s.speaker and needle in t.speaker_name(s.speaker).casefold())
+                if pattern.search(s.text)
+                or (s.speaker and pattern.search(t.speaker_name(s.speaker)))
             ]  # fmt: skip
         self._match_set = set(self.matches)
         for row in old ^ self._match_set:
             self._row_changed(row)
         return self.matches
 
-    def set_playing(self, row: int | None) -> None:
-        if row == self.playing:
+    def _search_again(self) -> None:
+        if self._find[0].strip():
+            self.find(*self._find)
+
+    def set_playing(self, row: int | None, word: int | None = None) -> None:
+        if (row, word) == (self.playing, self.playing_word):
             return
-        old, self.playing = self.playing, row
-        for r in (old, row):
+        old, self.playing, self.playing_word = self.playing, row, word
+        for r in {old, row}:
             if r is not None:
                 self._row_changed(r)
 
+    def heard_at(self, seconds: float) -> tuple[int | None, int | None]:
+        """(line, word) being heard at ``seconds``: the last line started by then (None
+        between lines), and in it the last word started (None without word times)."""
+        segments = self.transcript.segments
+        if self._starts is None:
+            self._starts = [s.start for s in segments]
+        row = bisect.bisect_right(self._starts, seconds + 0.05) - 1
+        if row < 0 or seconds > segments[row].end + 1.0:
+            return None, None
+        words = segments[row].words
+        if not words:
+            return row, None
+        k = bisect.bisect_right([w.start for w in words], seconds + 0.02) - 1
+        return row, k if k >= 0 and seconds <= words[k].end + 0.5 else None
+
     def row_at(self, seconds: float) -> int | None:
-        """The segment playing at ``seconds`` (the last one started by then)."""
-        found = None
-        for i, s in enumerate(self.transcript.segments):
-            if s.start <= seconds + 0.05:
-                found = i
-            else:
-                break
-        if found is not None and seconds > self.transcript.segments[found].end + 1.0:
-            return None  # between segments
-        return found
+        """The line being heard at ``seconds``."""
+        return self.heard_at(seconds)[0]
 
     def _row_changed(self, row: int) -> None:
         """Only the highlight changed (so the table need not measure the row again)."""
@@ -148,11 +238,15 @@ class SegmentsModel(RowTableModel):
 
 class SegmentsTable(QTableView):
     """A table whose rows grow to fit their wrapped text, measured only for the rows in view
-    (fitting all rows of a 3-hour transcript at once froze the UI for most of a second)."""
+    (fitting all rows of a 3-hour transcript at once froze the UI for most of a second).
+    A plain click on a line's text says which character was clicked (``text_clicked``)."""
+
+    text_clicked = Signal(int, int)  # (row, character of its shown text)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setWordWrap(True)
+        self._pressed_at: QPoint | None = None
         self._fitted: set[int] = set()
         self._pending = False
         self.verticalScrollBar().valueChanged.connect(lambda _v: self.fit_rows_soon())
@@ -197,3 +291,27 @@ class SegmentsTable(QTableView):
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self.fit_rows_soon()
+
+    def mousePressEvent(self, event) -> None:
+        plain = event.modifiers() == Qt.KeyboardModifier.NoModifier
+        left = event.button() == Qt.MouseButton.LeftButton
+        self._pressed_at = event.position().toPoint() if plain and left else None
+        super().mousePressEvent(event)
+
+    def mouseReleaseEvent(self, event) -> None:
+        super().mouseReleaseEvent(event)
+        at, self._pressed_at = self._pressed_at, None
+        pos = event.position().toPoint()
+        if (
+            at is None
+            or (pos - at).manhattanLength() > 4
+            or self.state() == self.State.EditingState
+        ):
+            return
+        index = self.indexAt(pos)
+        delegate = self.itemDelegateForColumn(TEXT)
+        if not index.isValid() or index.column() != TEXT or not hasattr(delegate, "offset_at"):
+            return
+        offset = delegate.offset_at(index, self.visualRect(index), pos, self.font())
+        if offset is not None:
+            self.text_clicked.emit(index.row(), offset)

@@ -1,4 +1,8 @@
-"""The transcript view: read, edit, play, find, rename or merge speakers, export, copy.
+"""The transcript view, where a transcript is checked against its recording and corrected:
+a player (play/pause with Space, a position slider, -5/+5 s with Ctrl+arrows, speed with the
+pitch kept, volume; the line and the word being heard are marked and kept in view; a click on
+a word goes there), the lines (edit, speakers, split, join, undo: `transcript_editing`), find
+and replace, the speakers (rename, merge, remember a voice), export and copy.
 
 Every committed edit is saved to the library at once, on a worker thread (one save at a time;
 edits made during a save are saved right after it), so nothing typed is lost and the UI never
@@ -12,37 +16,38 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontMetrics, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
-    QInputDialog,
-    QLabel,
-    QListWidget,
-    QListWidgetItem,
     QPushButton,
     QSplitter,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from ..audio.playback import Player
-from ..transcript import FORMATS, Transcript, export, render
-from .file_options import FORMAT_LABELS
+from .. import settings
+from ..service.playback import SKIP_SECONDS, Playback, PlaybackState
+from ..transcript import SubtitleRules, Transcript, export, render
+from .export_dialog import ask_export
 from .find_bar import FindBar
+from .player_bar import PlayerBar
+from .segment_delegate import TextDelegate
 from .segments_model import SPEAKER, TEXT, TIME, SegmentsModel, SegmentsTable
-from .widgets import Banner, clock, heading, muted, speaker_color
+from .speakers_panel import SpeakersPanel
+from .transcript_editing import TranscriptEditing
+from .widgets import Banner, clock, heading, muted
 from .workers import run_in_worker
 
 
 def snapshot(t: Transcript) -> Transcript:
     """A copy for a worker thread to write while the user goes on editing: new segment objects
     and speaker names, shared word lists. Cheap (a 3000-segment deepcopy took 100 ms), and safe
-    because edits replace a segment's text and word list instead of changing them in place; a
-    merge relabels words in place, and is saved again right after."""
+    because edits replace a segment (and its words) instead of changing it in place; a merge
+    relabels words in place, and is saved again right after."""
     return dataclasses.replace(
         t, segments=[copy.copy(s) for s in t.segments], speakers=dict(t.speakers)
     )
@@ -52,8 +57,6 @@ class TranscriptView(QWidget):
     saved = Signal(int)  # item id, after an autosave reached the disk
     loaded = Signal(int)  # item id, once its transcript is shown
     exported = Signal(object)  # the Path written by export_to
-    playback_error = Signal(str)  # from the player's thread; shown in the banner
-    voice_saved = Signal(str)  # a voice profile's name, once "Remember voice" saved it
 
     def __init__(self, ctx, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -62,33 +65,24 @@ class TranscriptView(QWidget):
         self.item = None
         self.model = SegmentsModel(self)
         self.model.edited.connect(self._changed)
-        self.player = Player(on_error=self.playback_error.emit)
-        self.playback_error.connect(lambda m: self.banner.show_message(m, "error"))
+        self.playback = Playback()
         self._pending: dict[int, Transcript] = {}  # item id -> newest unsaved version
         self._save_job = None
+        self._heard_row: int | None = None
+        self._notice = ""  # the playback notice shown, if any
 
         self.title = heading("Transcript")
         self.meta = muted(wrap=False)
         self.banner = Banner()
-
-        self.play_button = QPushButton("Play")
-        self.play_button.setToolTip("Play from the selected segment (or click a time)")
-        self.play_button.clicked.connect(self.toggle_play)
-        self.copy_button = QPushButton("Copy all")
-        self.copy_button.setToolTip("Copy the whole transcript (Ctrl+C copies the selected lines)")
-        self.copy_button.clicked.connect(self.copy_all)
-        self.export_button = QPushButton("Export…")
-        self.export_button.clicked.connect(self.export_dialog)
-        self.find_button = QPushButton("Find")
-        self.find_button.clicked.connect(self.show_find)
-        top = QHBoxLayout()
-        top.addWidget(self.play_button)
-        top.addStretch(1)
-        for b in (self.find_button, self.copy_button, self.export_button):
-            top.addWidget(b)
+        self.player_bar = PlayerBar(self.playback)
+        self.player_bar.position.connect(self._heard)
+        self.player_bar.failed.connect(self._playback_failed)
+        self.player_bar.state_changed.connect(self._playback_state)
 
         self.table = SegmentsTable()
         self.table.setModel(self.model)
+        self.delegate = TextDelegate(self.model, self.table)
+        self.table.setItemDelegateForColumn(TEXT, self.delegate)
         self.table.verticalHeader().hide()
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(
@@ -103,36 +97,40 @@ class TranscriptView(QWidget):
         header.setSectionResizeMode(SPEAKER, QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(TEXT, QHeaderView.ResizeMode.Stretch)
         self.table.clicked.connect(self._clicked)
+        self.table.text_clicked.connect(self._text_clicked)
         self.find_bar = FindBar(self.model, self.table)
+        self.editing = TranscriptEditing(self)
+        self.model.history_changed.connect(self._show_undo)
 
-        self.speakers = QListWidget()
-        self.speakers.setToolTip("Speakers in this transcript")
-        self.rename_button = QPushButton("Rename…")
-        self.rename_button.clicked.connect(self.rename_dialog)
-        self.merge_button = QPushButton("Merge into…")
-        self.merge_button.setToolTip("The selected speaker is the same person as another one")
-        self.merge_button.clicked.connect(self.merge_dialog)
-        self.remember_button = QPushButton("Remember voice…")
-        self.remember_button.setToolTip(
-            "Save the selected speaker's voice under a name: new transcripts with speaker "
-            "labels name that voice (only a voice fingerprint is kept, never audio)"
-        )
-        self.remember_button.clicked.connect(self.remember_dialog)
-        side = QWidget()
-        sl = QVBoxLayout(side)
-        sl.setContentsMargins(0, 0, 0, 0)
-        sl.addWidget(QLabel("Speakers"))
-        sl.addWidget(self.speakers, 1)
-        sl.addWidget(self.rename_button)
-        sl.addWidget(self.merge_button)
-        sl.addWidget(self.remember_button)
-        self.speakers_box = side
+        self.speakers_panel = SpeakersPanel(self)
+        self.speakers = self.speakers_panel.list
+        self.merge_button = self.speakers_panel.merge_button
+        self.remember_button = self.speakers_panel.remember_button
+        self.voice_saved = self.speakers_panel.voice_saved
+
+        self.undo_button = self._tool(self.editing.undo_action)
+        self.redo_button = self._tool(self.editing.redo_action)
+        self.copy_button = QPushButton("Copy all")
+        self.copy_button.setToolTip("Copy the whole transcript (Ctrl+C copies the selected lines)")
+        self.copy_button.clicked.connect(self.copy_all)
+        self.export_button = QPushButton("Export…")
+        self.export_button.clicked.connect(self.export_dialog)
+        self.find_button = QPushButton("Find…")
+        self.find_button.setToolTip("Find and replace (Ctrl+F, Ctrl+H)")
+        self.find_button.clicked.connect(self.show_find)
+        top = QHBoxLayout()
+        top.addWidget(self.undo_button)
+        top.addWidget(self.redo_button)
+        top.addStretch(1)
+        for b in (self.find_button, self.copy_button, self.export_button):
+            top.addWidget(b)
 
         split = QSplitter()
         split.addWidget(self.table)
-        split.addWidget(side)
+        split.addWidget(self.speakers_panel)
         split.setStretchFactor(0, 4)
         split.setStretchFactor(1, 1)
+        split.setChildrenCollapsible(False)
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.title)
@@ -141,13 +139,25 @@ class TranscriptView(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.find_bar)
         layout.addWidget(split, 1)
+        layout.addWidget(self.player_bar)
 
-        QShortcut(QKeySequence.StandardKey.Find, self, self.show_find)
+        context = Qt.ShortcutContext.WidgetWithChildrenShortcut
+        for keys, slot in (
+            (QKeySequence.StandardKey.Find, self.show_find),
+            (QKeySequence("Ctrl+H"), lambda: self.find_bar.open_bar(replace=True)),
+            (QKeySequence(Qt.Key.Key_Space), self.player_bar.toggle),
+            (QKeySequence("Ctrl+Left"), lambda: self.player_bar.skip(-SKIP_SECONDS)),
+            (QKeySequence("Ctrl+Right"), lambda: self.player_bar.skip(SKIP_SECONDS)),
+        ):
+            QShortcut(keys, self, slot, context=context)
         QShortcut(QKeySequence.StandardKey.Copy, self.table, self.copy_selected)
-        self._tick = QTimer(self)
-        self._tick.setInterval(100)
-        self._tick.timeout.connect(self._follow_playback)
-        self._show_speakers()
+        self.speakers_panel.show_speakers()
+
+    def _tool(self, action) -> QToolButton:
+        button = QToolButton()
+        button.setDefaultAction(action)
+        button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        return button
 
     # --- opening ---------------------------------------------------------------------------
 
@@ -160,18 +170,25 @@ class TranscriptView(QWidget):
         )
 
     def _load(self, item_id: int):
-        return self.ctx.library.get(item_id), self.ctx.library.load_transcript(item_id)
+        from ..audio.playback import tracks_of
+
+        item = self.ctx.library.get(item_id)
+        return item, self.ctx.library.load_transcript(item_id), tracks_of(item.source)
 
     def _show(self, result) -> None:
-        self.item, transcript = result
+        self.item, transcript, tracks = result
         self.item_id = self.item.id
         if self.item_id in self._pending:  # edits of this item not on disk yet
             transcript = snapshot(self._pending[self.item_id])
         self.title.setText(self.item.title)
         self.meta.setText(self._describe(transcript))
         self.model.set_transcript(transcript)
-        self._show_speakers()
+        self._speakers_shown()
         self.find_bar.refresh()
+        self.playback.open(self.item.source)
+        self.player_bar.set_tracks(tracks)
+        ends = [s.end for s in transcript.segments]
+        self.player_bar.set_length(max([transcript.duration or 0.0, *ends]))
         self.loaded.emit(self.item_id)
 
     def _load_failed(self, exc: BaseException) -> None:
@@ -194,9 +211,13 @@ class TranscriptView(QWidget):
     def transcript(self) -> Transcript:
         return self.model.transcript
 
+    def snapshot(self) -> Transcript:
+        return snapshot(self.transcript)
+
     # --- saving ---------------------------------------------------------------------------
 
     def _changed(self) -> None:
+        self._speakers_shown()
         if self.item_id is None:
             return
         self._pending[self.item_id] = snapshot(self.transcript)
@@ -238,7 +259,8 @@ class TranscriptView(QWidget):
 
     # --- speakers --------------------------------------------------------------------------
 
-    def _fit_columns(self, ids: list[str]) -> None:
+    def _speakers_shown(self) -> None:
+        ids = self.transcript.speaker_ids()
         metrics, pad = self.table.fontMetrics(), 24
         self.table.setColumnWidth(TIME, metrics.horizontalAdvance("0:00:00") + pad)
         bold = self.table.font()
@@ -246,99 +268,27 @@ class TranscriptView(QWidget):
         names = [self.transcript.speaker_name(s) for s in ids] or [""]
         widest = max(QFontMetrics(bold).horizontalAdvance(n) for n in names)
         self.table.setColumnWidth(SPEAKER, min(240, max(60, widest + pad)))
-
-    def _show_speakers(self) -> None:
-        self.speakers.clear()
-        ids = self.transcript.speaker_ids()
-        self._fit_columns(ids)
         self.table.setColumnHidden(SPEAKER, not ids)
-        for sid in ids:
-            entry = QListWidgetItem(self.transcript.speaker_name(sid))
-            entry.setData(Qt.ItemDataRole.UserRole, sid)
-            entry.setForeground(speaker_color(sid, ids))
-            self.speakers.addItem(entry)
-        if ids:
-            self.speakers.setCurrentRow(0)
-        self.speakers_box.setVisible(bool(ids))
-        self.merge_button.setEnabled(len(ids) > 1)
-
-    def _selected_speaker(self) -> str | None:
-        entry = self.speakers.currentItem()
-        return entry.data(Qt.ItemDataRole.UserRole) if entry is not None else None
+        self.speakers_panel.show_speakers()
 
     def rename_speaker(self, speaker_id: str, name: str) -> None:
-        self.transcript.rename_speaker(speaker_id, name)
-        self._speakers_changed()
+        self.speakers_panel.rename(speaker_id, name)
 
     def merge_speakers(self, from_id: str, into_id: str) -> None:
-        self.transcript.merge_speakers(from_id, into_id)
-        self._speakers_changed()
-
-    def _speakers_changed(self) -> None:
-        self.model.refresh()
-        self._show_speakers()
-        self._changed()
+        self.speakers_panel.merge(from_id, into_id)
 
     def rename_dialog(self) -> None:
-        sid = self._selected_speaker()
-        if sid is None:
-            return
-        name, ok = QInputDialog.getText(
-            self, "Rename speaker", f"Name for {self.transcript.speaker_name(sid)}:",
-            text=self.transcript.speaker_name(sid),
-        )  # fmt: skip
-        if ok:
-            self.rename_speaker(sid, name)
+        self.speakers_panel.rename_dialog()
 
     def merge_dialog(self) -> None:
-        sid = self._selected_speaker()
-        others = [s for s in self.transcript.speaker_ids() if s != sid]
-        if sid is None or not others:
-            return
-        names = [self.transcript.speaker_name(s) for s in others]
-        name, ok = QInputDialog.getItem(
-            self, "Merge speakers",
-            f"{self.transcript.speaker_name(sid)} is the same person as:", names, 0, False,
-        )  # fmt: skip
-        if ok:
-            self.merge_speakers(sid, others[names.index(name)])
+        self.speakers_panel.merge_dialog()
 
     def remember_dialog(self) -> None:
-        sid = self._selected_speaker()
-        if sid is None:
-            return
-        name, ok = QInputDialog.getText(
-            self, "Remember voice",
-            f"Name new transcripts give the voice of {self.transcript.speaker_name(sid)}:",
-            text=self.transcript.speaker_name(sid),
-        )  # fmt: skip
-        if ok and name.strip():
-            self.remember_voice(sid, name.strip())
+        self.speakers_panel.remember_dialog()
 
-    def remember_voice(self, speaker_id: str, name: str) -> None:
-        """Learn ``speaker_id``'s voice from this item's recording (on a worker) and save it
-        as the voice profile ``name``."""
-        if self.item is None:
-            return
-        t = snapshot(self.transcript)
-        t.source = self.item.source
-        self.remember_button.setEnabled(False)
-        self.banner.show_message(f"Learning the voice of {name}…")
-
-        def done(profile) -> None:
-            self.remember_button.setEnabled(True)
-            self.banner.show_message(
-                f"Saved the voice of {profile.name}. New transcripts with speaker labels will "
-                "name this voice (Models page: Voice profiles)."
-            )
-            self.ctx.profiles_changed.emit()
-            self.voice_saved.emit(profile.name)
-
-        def failed(exc: BaseException) -> None:
-            self.remember_button.setEnabled(True)
-            self.banner.show_message(f"Could not remember the voice: {exc}", "error")
-
-        run_in_worker(_remember, self.ctx, t, speaker_id, name, on_done=done, on_error=failed)
+    def _show_undo(self) -> None:
+        for button in (self.undo_button, self.redo_button):
+            button.setToolTip(button.defaultAction().text())
 
     # --- playback --------------------------------------------------------------------------
 
@@ -346,34 +296,53 @@ class TranscriptView(QWidget):
         if index.column() == TIME:
             self.play_from(index.row())
 
+    def _text_clicked(self, row: int, offset: int) -> None:
+        """A click on a word: go there (playing on from it, or from there on the next Play)."""
+        word = self.model.word_at(row, offset)
+        seg = self.transcript.segments[row]
+        seconds = seg.words[word].start if word is not None else seg.start
+        self.player_bar.seek(seconds)
+
     def play_from(self, row: int) -> None:
         if self.item is None or not 0 <= row < len(self.transcript.segments):
             return
-        self.banner.hide()
-        self.player.play(self.item.source, self.transcript.segments[row].start)
-        self.model.set_playing(row)
-        self.play_button.setText("Stop")
-        self._tick.start()
+        self.play_at(self.transcript.segments[row].start)
+
+    def play_at(self, seconds: float) -> None:
+        if self.item is not None:
+            self.player_bar.play_at(seconds)
 
     def toggle_play(self) -> None:
-        if self.player.is_playing:
-            self.stop()
-            return
-        rows = self.table.selectionModel().selectedRows()
-        self.play_from(rows[0].row() if rows else 0)
+        self.player_bar.toggle()
 
     def stop(self) -> None:
-        self.player.stop()
-        self._tick.stop()
+        self.playback.stop()
         self.model.set_playing(None)
-        self.play_button.setText("Play")
 
-    def _follow_playback(self) -> None:
-        if not self.player.is_playing:
-            self.stop()
-            return
-        if self.player.position() > 0:
-            self.model.set_playing(self.model.row_at(self.player.position()))
+    def _heard(self, seconds: float) -> None:
+        """Mark the line and the word at ``seconds``; keep the line in view while playing."""
+        row, word = self.model.heard_at(seconds)
+        self.model.set_playing(row, word)
+        follow = (
+            self.playback.state is PlaybackState.PLAYING
+            and self.table.state() != QAbstractItemView.State.EditingState
+        )
+        if row is not None and row != self._heard_row and follow:
+            index = self.model.index(row, TEXT)
+            self.table.scrollTo(index, QAbstractItemView.ScrollHint.EnsureVisible)
+        self._heard_row = row
+
+    def _playback_state(self, state: PlaybackState) -> None:
+        if state in (PlaybackState.IDLE, PlaybackState.ENDED, PlaybackState.FAILED):
+            self.model.set_playing(None)
+            self._heard_row = None
+        elif state is PlaybackState.PLAYING and self.banner.text.text() == self._notice:
+            self.banner.hide()  # it plays now: the notice is out of date
+
+    def _playback_failed(self, message: str) -> None:
+        """One notice, with a close button; the next Play tries again."""
+        self.banner.show_message(message, "error")
+        self._notice = message
 
     # --- find ------------------------------------------------------------------------------
 
@@ -396,25 +365,28 @@ class TranscriptView(QWidget):
         QGuiApplication.clipboard().setText(str(render(part, "txt")))
 
     def export_dialog(self) -> None:
+        """Where, in which format and, for subtitles, by which rules (the Settings' first)."""
         if self.item is None:
             return
-        filters = [f"{FORMAT_LABELS[f]} (*.{f})" for f in FORMATS]
         start = Path(self.item.source).with_suffix(".txt")
         if self.item.kind == "live":
             start = Path.home() / f"{self.item.title}.txt"
-        path, chosen = QFileDialog.getSaveFileName(self, "Export transcript", str(start),
-                                                   ";;".join(filters))  # fmt: skip
-        if path:
-            fmt = FORMATS[filters.index(chosen)] if chosen in filters else None
-            self.export_to(Path(path), fmt)
+        choice = ask_export(self, start)
+        if choice is not None:
+            self.export_to(choice.path, choice.fmt, choice.rules)
 
-    def export_to(self, path: Path, fmt: str | None = None) -> None:
-        """Write the transcript as shown (edits and names included) on a worker thread."""
+    def export_to(
+        self, path: Path, fmt: str | None = None, rules: SubtitleRules | None = None
+    ) -> None:
+        """Write the transcript as shown (edits and names included) on a worker thread; SRT
+        and VTT by ``rules`` (default: the Settings' subtitle rules)."""
         fmt = fmt or path.suffix.lstrip(".").lower() or "txt"
         if not path.suffix:
             path = path.with_suffix(f".{fmt}")
+        rules = rules or settings.subtitle_rules()
         run_in_worker(
-            functools.partial(export, snapshot(self.transcript), path, fmt, overwrite=True),
+            functools.partial(export, snapshot(self.transcript), path, fmt, overwrite=True,
+                              subtitles=rules),
             on_done=self._exported, name="export",
             on_error=lambda e: self.banner.show_message(f"Export failed: {e}", "error"),
         )  # fmt: skip
@@ -431,16 +403,3 @@ def _languages_spoken(t: Transcript) -> list[str]:
         if s.language:
             seconds[s.language] = seconds.get(s.language, 0.0) + max(0.0, s.end - s.start)
     return sorted(seconds, key=lambda code: -seconds[code])
-
-
-def _remember(ctx, transcript: Transcript, speaker_id: str, name: str):
-    from ..speakers.encoder import SpeakerModelError
-    from ..speakers.profiles import ProfileError, remember_voice
-
-    try:
-        encoder = ctx.speaker_encoder()
-    except SpeakerModelError as e:
-        raise ProfileError(str(e)) from None
-    if encoder is None:
-        raise ProfileError("no speaker model is installed; install one on the Models page first")
-    return remember_voice(transcript, speaker_id, encoder, name=name)
