@@ -41,6 +41,11 @@ from .workers import cancel_all, run_in_worker
 PAGES = ("Live", "Files", "Library", "Models", "Transcript")
 
 
+# The first size (then the user's, remembered): it fits a 1366×768 laptop screen with its
+# panels, and every page is laid out to work at it (the screenshots in docs/ are taken at it).
+DEFAULT_SIZE = (905, 600)
+
+
 def icon() -> QIcon:
     path = resources.files("deskscribe") / "assets" / "icon.png"
     return QIcon(str(path)) if path.is_file() else QIcon()
@@ -219,7 +224,7 @@ class MainWindow(QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
         else:
-            self.resize(1100, 720)
+            self.resize(*DEFAULT_SIZE)
         state = s.value("state")
         if isinstance(state, QByteArray):
             self.restoreState(state)

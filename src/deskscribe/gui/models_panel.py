@@ -33,6 +33,17 @@ def _size(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def _fit_rows(table: QTableWidget, most: int) -> None:
+    """Make ``table`` as tall as its rows (one at least, ``most`` at most: then it scrolls),
+    so an empty or short table leaves the page's room to the others."""
+    rows = max(1, min(most, table.rowCount()))
+    row_h = table.verticalHeader().defaultSectionSize()
+    if table.rowCount():
+        row_h = max(table.rowHeight(r) for r in range(min(rows, table.rowCount())))
+    frame = 2 * table.frameWidth()
+    table.setFixedHeight(table.horizontalHeader().height() + rows * row_h + frame + 2)
+
+
 def _table(headers: list[str]) -> QTableWidget:
     t = QTableWidget(0, len(headers))
     t.setHorizontalHeaderLabels(headers)
@@ -96,7 +107,8 @@ class ModelsPanel(QWidget):
         lay.addWidget(heading("Installed", 1.1))
         self.table = _table(["Model", "Used for", "Languages", "Size", ""])
         self.table.itemSelectionChanged.connect(self._update_buttons)
-        lay.addWidget(self.table, 1)
+        _fit_rows(self.table, 4)
+        lay.addWidget(self.table)
         row = QHBoxLayout()
         self.default_btn = QPushButton("Use by default")
         self.default_btn.setToolTip("Live sessions and new files use this model")
@@ -122,7 +134,16 @@ class ModelsPanel(QWidget):
         self.catalog = _table(["Model", "Download", "Languages", "Good for", "Runs well on"])
         self.catalog.itemSelectionChanged.connect(self._update_buttons)
         self.catalog.doubleClicked.connect(lambda _i: self.download())
-        lay.addWidget(self.catalog, 3)
+        # "Good for" and "Runs well on" wrap instead of scrolling the table sideways.
+        self.catalog.setWordWrap(True)
+        self.catalog.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        ch = self.catalog.horizontalHeader()
+        ch.setStretchLastSection(False)
+        ch.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        ch.setSectionResizeMode(4, QHeaderView.ResizeMode.Interactive)
+        self.catalog.setColumnWidth(4, 170)
+        ch.sectionResized.connect(lambda *_: self.catalog.resizeRowsToContents())
+        lay.addWidget(self.catalog, 1)
         row = QHBoxLayout()
         self.download_btn = QPushButton("Download")
         self.download_btn.clicked.connect(self.download)
@@ -184,6 +205,7 @@ class ModelsPanel(QWidget):
                      "★ default" if m.name == in_use else ""]  # fmt: skip
             for c, text in enumerate(cells):
                 self.table.setItem(r, c, QTableWidgetItem(text))
+        _fit_rows(self.table, 4)
         if not speech:
             self.banner.show_message(
                 "No model is installed yet. Download one below (the recommended one is marked), "
@@ -211,6 +233,7 @@ class ModelsPanel(QWidget):
                 item.setData(Qt.ItemDataRole.UserRole, (model_id, speaker))
                 item.setToolTip(tip)
                 self.catalog.setItem(r, c, item)
+        self.catalog.resizeRowsToContents()
         self._update_buttons()
 
     def selected_model(self):

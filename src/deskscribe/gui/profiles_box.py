@@ -36,17 +36,14 @@ class VoiceProfilesBox(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(heading("Voice profiles", 1.1))
-        lay.addWidget(
-            muted(
-                "Voices you named with “Remember voice…” in a transcript. New transcripts with "
-                "speaker labels give these voices their names. Only voice fingerprints are "
-                "kept, never audio."
-            )
+        self.about = muted(
+            "Voices you named with “Remember voice…” in a transcript: new transcripts with "
+            "speaker labels give them their names. Only voice fingerprints are kept, never audio."
         )
+        lay.addWidget(self.about)
         self.banner = Banner()
         lay.addWidget(self.banner)
         self.list = QListWidget()
-        self.list.setMaximumHeight(110)
         self.list.itemSelectionChanged.connect(self._update_buttons)
         lay.addWidget(self.list)
         row = QHBoxLayout()
@@ -54,7 +51,10 @@ class VoiceProfilesBox(QWidget):
         self.delete_btn.clicked.connect(self.delete)
         row.addWidget(self.delete_btn)
         row.addStretch(1)
-        lay.addLayout(row)
+        self.buttons = QWidget()
+        self.buttons.setLayout(row)
+        row.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.buttons)
         ctx.profiles_changed.connect(self.refresh)
         self._update_buttons()
         self.refresh()
@@ -75,9 +75,21 @@ class VoiceProfilesBox(QWidget):
             )
             entry.setData(Qt.ItemDataRole.UserRole, p.name)
             self.list.addItem(entry)
-        if not profiles:
-            self.list.addItem(QListWidgetItem("No voice profiles yet"))
-            self.list.item(0).setFlags(Qt.ItemFlag.NoItemFlags)
+        # None yet: one line says how to make one; the empty list and its button go away.
+        self.list.setVisible(bool(profiles))
+        self.buttons.setVisible(bool(profiles))
+        self.about.setText(
+            "None yet. Name a speaker's voice with “Remember voice…” in a transcript: new "
+            "transcripts with speaker labels give it that name (only a voice fingerprint is "
+            "kept, never audio)." if not profiles else
+            "New transcripts with speaker labels give these voices their names. Only voice "
+            "fingerprints are kept, never audio."
+        )  # fmt: skip
+        if profiles:
+            rows = min(len(profiles), 4)
+            self.list.setFixedHeight(
+                rows * self.list.sizeHintForRow(0) + 2 * self.list.frameWidth() + 4
+            )
         self._update_buttons()
 
     def names(self) -> list[str]:

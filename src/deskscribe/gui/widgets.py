@@ -102,35 +102,52 @@ class LevelMeter(QWidget):
     def _x(self, db: float, width: float) -> float:
         return width * (db - FLOOR_DB) / -FLOOR_DB
 
+    ZONES = ((-18.0, "#3cb371"), (-6.0, "#e5a50a"), (0.0, "#e01b24"))
+
     def paintEvent(self, event) -> None:
+        """The name and state in words on the left; on the right a slim bar over a track
+        tinted with its green, amber and red zones (so it reads as a meter even when idle),
+        the level filled in and the peak marked."""
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         pal = self.palette()
-        r = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        p.setPen(pal.color(QPalette.ColorRole.Mid))
-        p.setBrush(pal.color(QPalette.ColorRole.Base))
-        p.drawRoundedRect(r, 4, 4)
-        inner = r.adjusted(2, 2, -2, -2)
-        w = inner.width()
-        if self.active:
-            zones = ((-18.0, "#3cb371"), (-6.0, "#e5a50a"), (0.0, "#e01b24"))
-            start = FLOOR_DB
-            for top, color in zones:
-                end = min(self.level, top)
-                if end > start:
-                    x0, x1 = self._x(start, w), self._x(end, w)
-                    p.fillRect(QRectF(inner.left() + x0, inner.top(), x1 - x0, inner.height()),
-                               QColor(color))  # fmt: skip
-                start = top
-            px = inner.left() + self._x(self.peak, w)
-            p.fillRect(
-                QRectF(px - 1, inner.top(), 2, inner.height()), pal.color(QPalette.ColorRole.Text)
-            )
         text = self.label if not self.silent else f"{self.label}: no signal"
         if not self.active:
             text = f"{self.label}: idle"
-        p.setPen(pal.color(QPalette.ColorRole.Text))
-        p.drawText(inner.adjusted(6, 0, -6, 0), Qt.AlignmentFlag.AlignVCenter, text)
+        r = QRectF(self.rect())
+        label_w = min(p.fontMetrics().horizontalAdvance(text) + 10, r.width() * 0.45)
+        p.setPen(
+            pal.color(
+                QPalette.ColorRole.Text if self.active else QPalette.ColorRole.PlaceholderText
+            )
+        )
+        p.drawText(QRectF(r.left(), r.top(), label_w, r.height()),
+                   Qt.AlignmentFlag.AlignVCenter, p.fontMetrics().elidedText(
+                       text, Qt.TextElideMode.ElideRight, int(label_w - 6)))  # fmt: skip
+        bar = QRectF(r.left() + label_w, r.center().y() - 4, r.width() - label_w - 1, 8)
+        w = bar.width()
+        start = FLOOR_DB
+        for top, color in self.ZONES:  # the track: each zone, faint
+            tint = QColor(color)
+            tint.setAlpha(45)
+            x0, x1 = self._x(start, w), self._x(top, w)
+            p.fillRect(QRectF(bar.left() + x0, bar.top(), x1 - x0, bar.height()), tint)
+            start = top
+        if self.active:
+            start = FLOOR_DB
+            for top, color in self.ZONES:
+                end = min(self.level, top)
+                if end > start:
+                    x0, x1 = self._x(start, w), self._x(end, w)
+                    p.fillRect(QRectF(bar.left() + x0, bar.top(), x1 - x0, bar.height()),
+                               QColor(color))  # fmt: skip
+                start = top
+            px = bar.left() + self._x(self.peak, w)
+            p.fillRect(QRectF(px - 1, bar.top() - 2, 2, bar.height() + 4),
+                       pal.color(QPalette.ColorRole.Text))  # fmt: skip
+        p.setPen(pal.color(QPalette.ColorRole.Mid))
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawRoundedRect(bar.adjusted(-0.5, -0.5, 0.5, 0.5), 2, 2)
         p.end()
 
 
