@@ -269,7 +269,7 @@ def test_a_broken_speaker_model_is_reported_and_live_runs_without_labels(
     qtbot.mouseClick(panel.start_btn, Qt.MouseButton.LeftButton)  # Stop
     qtbot.waitUntil(lambda: panel.state == "stopped", timeout=60_000)
 
-    from deskscribe.gui.transcript_view import _remember
+    from deskscribe.gui.speakers_panel import _remember
     from deskscribe.speakers.profiles import ProfileError
 
     with pytest.raises(ProfileError, match="not a usable speaker model"):

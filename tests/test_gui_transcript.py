@@ -18,6 +18,7 @@ pytest_plugins = ["files_support"]  # fixtures: media, ctx, window, with_speaker
 from docx import Document  # noqa: E402
 from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
+from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox, QPushButton  # noqa: E402
 
 from conftest import espeak, load, wer  # noqa: E402
@@ -261,6 +262,21 @@ def test_library_search_open_rename_and_delete(qtbot, window, ctx, media):
     qtbot.waitUntil(lambda: listed() == [plants], timeout=10_000)
     library.search_edit.clear()
     qtbot.waitUntil(lambda: len(listed()) == 2, timeout=10_000)
+    # A refresh keeps every selected row (it kept only the last), and a row selected from
+    # code stays selected while Ctrl is down (selectRow toggled it: a second select() cleared
+    # the selection, so Retry and Open did nothing).
+    library.table.selectAll()
+    with qtbot.waitSignal(library.model.modelReset, timeout=10_000):
+        library.refresh()
+    assert sorted(i.id for i in library.selected_items()) == sorted([fox, plants])
+    QTest.keyPress(library.table, Qt.Key.Key_Control)
+    try:
+        library.select(fox)
+        library.select(fox)
+        assert [i.id for i in library.selected_items()] == [fox]
+    finally:
+        QTest.keyRelease(library.table, Qt.Key.Key_Control)
+        QTest.mouseMove(library.table)  # (and forget it: the next events carry no modifier)
 
     library.select(fox)
     with qtbot.waitSignal(view.loaded, timeout=10_000):

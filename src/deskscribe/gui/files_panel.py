@@ -33,7 +33,7 @@ from ..service.models import queued_model_name, runtime_device
 from ..service.queue import job_options
 from .file_options import FileOptions
 from .queue_model import DURATION, FILE, PROGRESS, STATUS, ProgressDelegate, QueueModel, QueueRow
-from .widgets import Banner, heading, muted
+from .widgets import Banner, heading, muted, select_rows
 from .workers import run_in_worker
 
 DROP_HINT = "Drop audio or video files or folders anywhere on this window, or click Add files…"
@@ -283,7 +283,7 @@ class FilesPanel(QWidget):
     def select(self, item_id: int) -> None:
         i = self.queue.index_of(item_id)
         if i is not None:
-            self.table.selectRow(i)
+            select_rows(self.table, [i])
 
     def _selected_ids(self) -> list[int]:
         return [r.item_id for r in self.selected_rows()]

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from ..library import Item
 from .queue_model import STATUS_TEXT
 from .table_model import RowTableModel
-from .widgets import Banner, clock, heading
+from .widgets import Banner, clock, heading, select_rows
 from .workers import run_in_worker
 
 COLUMNS = ("Title", "Kind", "Date", "Length", "Status")
@@ -151,9 +151,7 @@ class LibraryPanel(QWidget):
             return  # an older search finishing late
         selected = {i.id for i in self.selected_items()}
         self.model.set_items(items)
-        for row, item in enumerate(items):
-            if item.id in selected:
-                self.table.selectRow(row)
+        select_rows(self.table, [row for row, item in enumerate(items) if item.id in selected])
         self._update_buttons()
 
     @property
@@ -167,7 +165,7 @@ class LibraryPanel(QWidget):
     def select(self, item_id: int) -> None:
         for row, item in enumerate(self.model.items):
             if item.id == item_id:
-                self.table.selectRow(row)
+                select_rows(self.table, [row])
                 return
 
     def _update_buttons(self) -> None:

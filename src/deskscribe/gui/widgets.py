@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import ClassVar
 
-from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelection, QItemSelectionModel, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
@@ -43,6 +43,23 @@ def speaker_color(speaker: str | None, order: list[str] | None = None) -> QColor
     else:
         index = sum(map(ord, speaker))
     return QColor(SPEAKER_COLORS[index % len(SPEAKER_COLORS)])
+
+
+def select_rows(table, rows: Iterable[int]) -> None:
+    """Make ``rows`` of a row-selecting view the selection (the first one current), whatever
+    keys are held: ``selectRow`` reads the keyboard's modifiers, so with Ctrl down it toggles
+    (a second call deselects) and without it keeps only the last row."""
+    model, picks = table.model(), QItemSelection()
+    rows = sorted(set(rows))
+    last = model.columnCount() - 1
+    for r in rows:
+        picks.select(model.index(r, 0), model.index(r, last))
+    flags = QItemSelectionModel.SelectionFlag
+    selection = table.selectionModel()
+    selection.select(picks, flags.ClearAndSelect | flags.Rows)
+    if rows:
+        selection.setCurrentIndex(model.index(rows[0], 0), flags.NoUpdate)
+        table.scrollTo(model.index(rows[0], 0))
 
 
 def clock(seconds: float) -> str:

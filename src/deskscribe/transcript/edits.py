@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from difflib import SequenceMatcher
 from typing import Any, Protocol
 
+from ..errors import DeskScribeError
 from .model import Segment, SpeakerTurn, Transcript, Word
 
 _TOKEN = re.compile(r"\s*\S+")  # a word with the space before it
@@ -428,7 +429,7 @@ class MergeSpeakers:
             setattr(t, f.name, getattr(before, f.name))
 
 
-class NothingFound(ValueError):
+class NothingFound(DeskScribeError, ValueError):
     """Replace found nothing to replace (so there is nothing to undo either)."""
 
 
