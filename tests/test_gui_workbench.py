@@ -25,7 +25,7 @@ pytest.register_assert_rewrite("files_support")
 pytest_plugins = ["files_support"]  # fixtures: ctx, window
 
 from docx import Document  # noqa: E402
-from PySide6.QtCore import QPoint, QPointF, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QPoint, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from conftest import EVAL  # noqa: E402
@@ -118,13 +118,12 @@ def _word_cell_point(view, row: int, word: int) -> QPoint:
     view.table.scrollTo(index)
     rect = view.table.visualRect(index)
     a, b = view.model.word_spans(row)[word]
-    doc = view.delegate.document(index, rect.width(), view.table.font())
-    height = int(doc.size().height())
-    layout = doc.documentLayout()
-    for y in range(2, height, 3):
-        for x in range(2, rect.width(), 2):
-            if a < layout.hitTest(QPointF(x, y), Qt.HitTestAccuracy.ExactHit) < b:
-                return rect.topLeft() + QPoint(x, y)
+    font = view.table.font()
+    for y in range(rect.top() + 2, rect.bottom(), 3):
+        for x in range(rect.left() + 2, rect.right(), 2):
+            at = view.delegate.offset_at(index, rect, QPoint(x, y), font)
+            if at is not None and a < at < b:
+                return QPoint(x, y)
     raise AssertionError(f"word {word} of line {row} is not drawn in {rect}")
 
 

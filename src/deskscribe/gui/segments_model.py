@@ -161,7 +161,7 @@ class SegmentsModel(RowTableModel):
             if row in self._match_set:
                 return QBrush(MATCH_BG)
         if role == Qt.ItemDataRole.TextAlignmentRole and col == TIME:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
     def setData(self, index: Index, value, role: int = Qt.ItemDataRole.EditRole) -> bool:

@@ -132,7 +132,7 @@ class LevelMeter(QWidget):
         if not self.active:
             text = f"{self.label}: idle"
         r = QRectF(self.rect())
-        label_w = min(p.fontMetrics().horizontalAdvance(text) + 10, r.width() * 0.45)
+        label_w = min(p.fontMetrics().horizontalAdvance(text) + 10, r.width() * 0.62)
         p.setPen(
             pal.color(
                 QPalette.ColorRole.Text if self.active else QPalette.ColorRole.PlaceholderText
