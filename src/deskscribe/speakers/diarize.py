@@ -19,7 +19,8 @@
    inside (a pause is where one voice may stop and another start; windows mixing two voices
    formed clusters of their own). Agglomerative by default, with clusters of fewer than
    ``min_speaker_windows`` windows folded into the nearest real one; then every window,
-   reliable or not, takes the speaker of its nearest centroid;
+   reliable or not, takes the speaker of its nearest centroid; a label that is only the
+   change between two others (``_fold_bridges``) is folded into them;
 4. a speaker per VAD frame from the window whose centre is nearest; each change moved to the
    quietest frame within ``snap_seconds`` (people pause or breathe when they take over);
    pieces shorter than ``min_turn`` inside a region given to a neighbour;
@@ -143,6 +144,9 @@ class DiarizeOptions:
     # meeting speech scores low. Windows and turn cuts still come from ``vad``'s regions,
     # where pauses between turns stay pauses.
     extend_threshold: float | None = None
+    # A "voice" made only of windows that straddle the change between two others is folded
+    # into them (``_fold_bridges``): a turn taken without a pause the VAD hears.
+    fold_bridges: bool = True
 
 
 @dataclass
@@ -245,6 +249,8 @@ def diarize(
     if shown < len(windows):
         labels = _add_voices(x, windows, opt, paused, shown, labels, centroids)
     windows, x, emb = windows[:shown], x[:shown], emb[:shown]
+    if opt.fold_bridges and opt.num_speakers is None:
+        labels = _fold_bridges(x, windows, labels)
     if opt.resegment:
         gap = int(opt.vad.min_silence_ms * SAMPLE_RATE / 1000) + 2 * FRAME
         labels = cluster.renumber(
@@ -358,6 +364,62 @@ def _add_voices(x, windows, opt: DiarizeOptions, paused, shown: int, labels, cen
         return labels
     both = np.concatenate([centroids, more[far]])
     return cluster.renumber(np.argmax(x[:shown] @ both.T, axis=1))
+
+
+def _fold_bridges(
+    x: np.ndarray, windows: list[tuple[int, int]], labels: np.ndarray, mix: float = 0.85
+) -> np.ndarray:
+    """``labels`` without the voices that are only the change between two others.
+
+    Where one speaker takes over from another without a pause the VAD hears (a quick reply,
+    a recording with a noise floor in its gaps), the windows that hold the end of one turn
+    and the start of the next are not left out of the clustering, and in a conversation of
+    three or more they can gather into a voice of their own: a few seconds that sit only at
+    changes, whose centroid is close to both neighbours' (0.80 and 0.81 against 0.56 between
+    them, a synthetic three-voice conversation with a -80 dBFS noise floor). A label is
+    such a bridge when every run of its windows is at most three windows long, lies inside
+    speech with a window of one other voice just before it and of yet another just after,
+    and its centroid is nearer to the mean of those two (cosine at least ``mix``) than to
+    either alone. Its windows then go to the nearest remaining voice."""
+    labels = labels.copy()
+    while True:
+        k = int(labels.max()) + 1 if labels.size else 0
+        if k < 3:
+            return labels
+        cents = np.array([cluster.normalize(x[labels == j].mean(axis=0)) for j in range(k)])
+        bridge = next((j for j in range(k) if _is_bridge(j, labels, windows, cents, mix)), None)
+        if bridge is None:
+            return labels
+        rest = [j for j in range(k) if j != bridge]
+        mine = labels == bridge
+        labels[mine] = np.array(rest)[np.argmax(x[mine] @ cents[rest].T, axis=1)]
+        labels = cluster.renumber(labels)
+
+
+def _is_bridge(j: int, labels, windows, cents: np.ndarray, mix: float) -> bool:
+    n = len(labels)
+    i = 0
+    runs = 0
+    while i < n:
+        if labels[i] != j:
+            i += 1
+            continue
+        end = i
+        while end + 1 < n and labels[end + 1] == j and windows[end + 1][0] < windows[end][1]:
+            end += 1
+        if end - i + 1 > 3 or i == 0 or end == n - 1:
+            return False
+        if not (windows[i][0] < windows[i - 1][1] and windows[end + 1][0] < windows[end][1]):
+            return False  # a run at the edge of a speech region: a turn of its own
+        a, b = int(labels[i - 1]), int(labels[end + 1])
+        if a == b:
+            return False
+        sim = float(cents[j] @ cluster.normalize(cents[a] + cents[b]))
+        if sim < mix or sim <= max(float(cents[j] @ cents[a]), float(cents[j] @ cents[b])):
+            return False
+        runs += 1
+        i = end + 1
+    return runs > 0
 
 
 def _cluster(
