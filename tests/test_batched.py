@@ -383,14 +383,54 @@ def conditioning(tiny_model, tmp_path_factory) -> _Conditioning:
 
 def test_conditioning_changes_later_windows_and_costs_no_accuracy(conditioning) -> None:
     """Conditioning changes what the later windows say, and costs no accuracy. Measured with
-    tiny.en: WER 0.147 conditioned, 0.196 not (184 words); the bound allows 0.03 (5 words)."""
+    tiny.en: WER 0.147 conditioned, 0.196 not (184 words) on AVX2; 0.152 vs 0.163 on VNNI."""
     c = conditioning
     assert len({int(s.start // 30) for s in c.asked}) == 3  # three windows
     assert _spans(c.asked)[0] == _spans(c.off)[0]  # the first window has no previous text
     assert _spans(c.asked) != _spans(c.off)  # ... the later ones do
     on, off = (wer(c.reference, " ".join(s.text for s in r)) for r in (c.asked, c.off))
     print(f"WER conditioned {on:.3f}, not conditioned {off:.3f}")
-    assert on <= off + 0.03, (on, off)
+    # Not worse (it was allowed 0.03 worse, which a broken prompt met: 0.152 vs 0.163 on a
+    # VNNI CPU). What the prompt holds is checked exactly by the test below.
+    assert on <= off, (on, off)
+
+
+def test_later_windows_are_conditioned_on_the_newest_earlier_text(
+    tiny_model, conditioning, monkeypatch
+) -> None:
+    """What the decoder is given as the prompt of each later window: the newest tokens of the
+    text decoded so far, as many as the budget holds (223), unless a window fell back to a
+    high temperature (then the prompt starts again, as openai/whisper does). A prompt of the
+    oldest tokens, or of the last few only, gave WERs a few words apart on this clip that the
+    WER test above cannot tell from noise; this one sees it."""
+    from deskscribe.whisper import seek_loop
+
+    real = seek_loop._decode_with_fallback
+    yielded: list = []
+    calls: list[tuple[list[int], int, float]] = []  # (prompt, segments before it, temperature)
+
+    def recording(model, features, language, opt, prompt):
+        result = real(model, features, language, opt, prompt)
+        calls.append((list(prompt), len(yielded), result.temperature))
+        return result
+
+    monkeypatch.setattr(seek_loop, "_decode_with_fallback", recording)
+    options = TranscribeOptions("en", condition_on_previous_text=True)
+    for segment in transcribe_blocks(tiny_model, _blocks(conditioning.audio), options):
+        yielded.append(segment)
+    assert _spans(yielded) == _spans(conditioning.asked)  # the same run as the fixture's
+    assert len(calls) >= 3 and calls[0][0] == []  # nothing before the first window
+    budget = tiny_model.dims.n_text_ctx // 2 - 1
+    reset = 0  # segments before the newest restart of the prompt
+    checked = 0
+    for (_, _, temperature), (prompt, before, _) in itertools.pairwise(calls):
+        if temperature > 0.5:  # the window before this one fell back: its text is not used
+            reset = before
+        previous = [t for s in yielded[reset:before] for t in s.tokens]
+        assert prompt == previous[-budget:], (before, len(prompt), len(previous))
+        checked += len(previous) > 8
+    assert checked >= 2  # two windows had more earlier text than a short prompt would hold
+    assert max(len(p) for p, _, _ in calls) >= 100
 
 
 def test_conditioning_asked_for_falls_back_to_the_sequential_path(tiny_model, conditioning) -> None:

@@ -23,6 +23,7 @@ from deskscribe.gui.app import MainWindow
 from deskscribe.gui.context import AppContext
 from deskscribe.gui.live_panel import LivePanel
 from deskscribe.gui.recovery import RecoveryDialog
+from deskscribe.gui.widgets import clock
 from deskscribe.service.queue import job_options
 from gui_support import UiLag, app_env, install_test_model  # noqa: F401 (fixture)
 from test_live import TURNS, gap, write_wav
@@ -135,6 +136,9 @@ def test_live_window_shows_committed_text_from_system_audio(
     assert "Decode time P50 / P95 / P99" in shown and "Lost input" in shown, shown
     assert f"({details.health.decodes} passes)" in shown
     assert 0 < details.health.decodes <= panel.session.transcriber.decode_count
+    # The session transcribes in this process: its CPU share is not nothing, and it is shown.
+    assert details.health.cpu_peak_percent > 0 and details.health.cpu_avg_percent > 0
+    assert f"{details.health.cpu_peak_percent:.0f} % peak" in details.text()
     if details.health.warnings:  # a budget broken (a busy machine): said in red
         assert "c01c28" in panel.engine.styleSheet() and "Over budget" in shown
     # Pause: nothing is recorded while paused (the devices deliver 1.5 s meanwhile, all of it
@@ -145,7 +149,13 @@ def test_live_window_shows_committed_text_from_system_audio(
     read_at_pause = session.recording.capture.position
     # Once the devices are read again, a read from before the pause has been recorded or not.
     qtbot.waitUntil(lambda: session.recording.capture.position > read_at_pause, timeout=30_000)
-    kept, paused_at = session.recording.samples, panel.elapsed.text()
+    kept = session.recording.samples
+    # The clock shows what was recorded: it reaches the recorded length at its next tick and
+    # stays there. (Read before that tick, it could show 0:19 and then 0:20 for a block read
+    # before the pause and recorded just after the click: a race in the test, not a clock
+    # that runs while paused.)
+    paused_at = clock(kept / SR)
+    qtbot.waitUntil(lambda: panel.elapsed.text() == paused_at, timeout=10_000)
     qtbot.waitUntil(lambda: session.recording.capture.position > read_at_pause + 1.5 * SR,
                     timeout=30_000)  # fmt: skip
     assert session.recording.samples == kept

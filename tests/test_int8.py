@@ -6,6 +6,16 @@ saturating 16-bit integer; VNNI CPUs sum in 32 bits. Weights that let such a pai
 the text depend on the CPU: on a real phone call, base int8 wrote "I didn t" and "I m" on an
 AVX2-only machine and "didn't", "I'm" on a VNNI one. These tests check the arithmetic itself,
 so they fail on a VNNI machine too, and then the words on a real recording.
+
+Which test catches 8-bit (saturating) weights on which CPU:
+- ``test_no_int8_weight_pair_can_saturate_a_16_bit_sum`` and
+  ``test_real_speech_activations_do_not_saturate_a_non_vnni_kernel``: on every CPU (they
+  compute the 16-bit pair sums in numpy from the built weights and real activations, whatever
+  kernel ONNX Runtime would pick);
+- ``test_real_call_keeps_contractions_on_every_path``: on AVX2-only CPUs only. On a VNNI or
+  AMX CPU the kernel sums in 32 bits, nothing saturates, and the words come out right even
+  from 8-bit weights (a sabotage run on an AVX-512 VNNI/AMX machine saw it fail on WER
+  alone), so there it guards the words, not the saturation.
 """
 
 from __future__ import annotations

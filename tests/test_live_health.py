@@ -283,3 +283,60 @@ def test_cli_live_stats_prints_the_figures_once_a_second(
     decodes = [int(x.split(" ms (")[1].split(")")[0]) for x in stats]
     assert decodes == sorted(decodes) and decodes[-1] > 0, stats
     assert "morning" in out.lower(), out
+
+
+def test_the_cpu_share_moves_with_work_done() -> None:
+    """The CPU figure is this process's CPU time over the wall time, as a share of the whole
+    machine: a thread that spins for half a second of CPU shows up, idle time does not. (Every
+    other test accepted a figure that was always 0.)"""
+    from deskscribe.service.live.health import HealthMonitor
+
+    cores = os.cpu_count() or 1
+    monitor = HealthMonitor("tiny.en", "CPU")
+    reading = {"elapsed": 1.0, "behind": 0.0, "overflows": {}, "dropped": 0.0}
+    monitor.sample(**reading)  # the start of the first interval
+
+    def spin(cpu_seconds: float) -> None:
+        end = time.thread_time() + cpu_seconds
+        while time.thread_time() < end:
+            pass
+
+    worker = threading.Thread(target=spin, args=(0.5,))
+    worker.start()
+    worker.join()
+    busy = monitor.sample(**reading)
+    threading.Event().wait(0.5)  # an interval with nothing to do: that is what is measured
+    idle = monitor.sample(**reading)
+    print(f"CPU share busy {busy.cpu_percent:.1f} %, idle {idle.cpu_percent:.1f} %, {cores} cores")
+    # One core busy is 100/cores % of the machine; the spinning thread had at least half a core.
+    assert busy.cpu_percent >= 0.5 * 100 / cores, busy.cpu_percent
+    assert busy.cpu_percent <= 100.0
+    assert idle.cpu_percent < busy.cpu_percent / 2, (idle.cpu_percent, busy.cpu_percent)
+    assert idle.cpu_peak_percent >= busy.cpu_percent and idle.cpu_avg_percent > 0
+    assert monitor.summary()["cpu_peak_percent"] >= busy.cpu_percent
+
+
+@pytest.mark.parametrize(
+    ("changes", "warning"),
+    [
+        ({"behind": 4.0}, "4 s behind the speech"),
+        ({"behind": 3.9}, None),
+        ({"elapsed": 30.0, "cpu_avg_percent": 31.0}, "high CPU use (31 % of the machine)"),
+        ({"elapsed": 30.0, "cpu_avg_percent": 29.0}, None),
+        ({"elapsed": 29.0, "cpu_avg_percent": 90.0}, None),  # the first 30 s load the model
+        ({"dropped_percent": 1.5}, "input lost (1.5 % of frames)"),
+        ({"dropped_percent": 1.0}, None),
+        ({"memory_mb": 801.0}, "memory pressure (801 MiB in use)"),  # of 1000 available
+        ({"memory_mb": 799.0}, None),
+        ({"device": "CUDA", "decodes": 20, "decode_p95_ms": 101.0}, "slow decoding (P95 101 ms)"),
+        ({"device": "CUDA", "decodes": 20, "decode_p95_ms": 99.0}, None),
+        ({"device": "CUDA", "decodes": 19, "decode_p95_ms": 500.0}, None),  # too few yet
+        ({"device": "CPU", "decodes": 20, "decode_p95_ms": 999.0}, None),  # a CPU's step grows
+        ({"device": "CPU", "decodes": 20, "decode_p95_ms": 1001.0}, "slow decoding (P95 1001 ms)"),
+    ],
+)
+def test_each_budget_warns_past_its_limit_and_not_before(changes, warning) -> None:
+    from deskscribe.service.live.health import Health, broken_budgets
+
+    health = Health(**{"elapsed": 60.0, "device": "CPU", **changes})
+    assert broken_budgets(health, start_available_mb=1000.0) == ([warning] if warning else [])

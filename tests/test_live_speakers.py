@@ -262,6 +262,14 @@ def test_revisions_lift_the_real_calls_live_labels_in_every_commit_batching(
         assert revised.at_end >= 0.83, (how, seed, revised)
         assert revised.while_recording >= 0.83, (how, seed, revised)
         assert revised.while_recording >= alone.at_commit + 0.2, (how, seed, alone, revised)
+        # Between revisions the labeller labels new words with the voices the last revision
+        # found (it adopts their centroids): 0.79-0.85 at commit where revisions ran while
+        # recording. Without that, the shown labels still pass the bounds above (0.832)
+        # while each new line comes out with the wrong label until the next revision:
+        # 0.54-0.58 at commit. ("regions" commits in few large batches: one pass, at the
+        # end, so nothing to adopt before the last commit: 0.577 either way.)
+        if revised.passes >= 3:
+            assert revised.at_commit >= 0.7, (how, seed, revised)
 
 
 def shifted(segments, by: float, first_id: int) -> list[Segment]:

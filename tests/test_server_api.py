@@ -332,3 +332,39 @@ def test_the_server_process_keeps_to_two_malloc_arenas() -> None:
         assert out.returncode == 0, out.stderr
         counts[mode] = sum(line.startswith("Arena ") for line in out.stderr.splitlines())
     assert counts["limit"] == 2 and counts["control"] > 2, counts
+
+
+def test_the_work_pool_takes_workers_plus_max_queue_and_refuses_the_next() -> None:
+    """Exactly ``workers`` run and ``max_queue`` wait; the next is refused (429) with a
+    Retry-After; once they end there is room again. (The end-to-end test above only
+    sees that one of three is refused, which an off-by-one limit also gives.)"""
+    import threading
+
+    from deskscribe.server.state import QueueFull, WorkPool
+
+    pool = WorkPool(workers=2, max_queue=3)
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def held() -> str:
+        started.release()
+        release.wait(60)
+        return "done"
+
+    try:
+        running = [pool.submit(held) for _ in range(2)]
+        for _ in range(2):
+            assert started.acquire(timeout=30)
+        waiting = [pool.submit(held) for _ in range(3)]
+        assert (pool.running, pool.waiting) == (2, 3)
+        with pytest.raises(QueueFull) as refused:
+            pool.submit(held)
+        assert refused.value.retry_after >= 1
+        assert (pool.running, pool.waiting) == (2, 3)  # the refused one left no trace
+        release.set()
+        assert [f.result(timeout=30) for f in running + waiting] == ["done"] * 5
+        assert (pool.running, pool.waiting) == (0, 0)
+        assert [pool.submit(held).result(timeout=30) for _ in range(2)] == ["done"] * 2
+    finally:
+        release.set()
+        pool.shutdown()

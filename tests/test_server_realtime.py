@@ -10,19 +10,18 @@ import base64
 import json
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 import soxr
 
-from conftest import espeak, load, normalize, wer
+from conftest import EVAL, espeak, load, normalize, wer
 from server_support import make_store, serve
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("websockets")
 
-JFK = Path("/work/shared/eval/jfk.flac")
+JFK = EVAL / "jfk.flac"
 JFK_TEXT = (
     "And so my fellow Americans, ask not what your country can do for you, "
     "ask what you can do for your country."

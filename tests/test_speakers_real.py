@@ -69,9 +69,12 @@ def _in_uem(turns, uem) -> set[str]:
 # about 8-10 points (another CPU or ONNX Runtime build moves an embedding in the 4th
 # decimal, which can move a change point by a window hop, 0.8 s, or flip a short turn: a few
 # points of a 30 s clip); dev00 and trn01 fail well before going back to where they were.
-AMI_BOUNDS = {"dev00": 0.28, "trn01": 0.90, "dev01": 0.28}
+# trn01 was 0.90 and the count 4, which a pipeline that hears none of trn01's far-field
+# speaker, or gets one more count wrong, still met: 0.86 is the measured 0.792 plus 7 points,
+# and the count bound is the measured 5 (the old pipeline's 4 fails it).
+AMI_BOUNDS = {"dev00": 0.28, "trn01": 0.86, "dev01": 0.28}
 AMI_MEAN_BOUND = 0.38  # all eleven: measured 0.341 (before: 0.404)
-AMI_WITHIN_ONE = 4  # clips whose count is within one of the truth: measured 5 (before: 4)
+AMI_WITHIN_ONE = 5  # clips whose count is within one of the truth: measured 5 (before: 4)
 
 
 def test_ami_meetings_der_and_count(encoder, ami) -> None:

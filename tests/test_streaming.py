@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -21,7 +19,7 @@ from deskscribe.whisper.streaming import (
 from eval_support import call_recording
 
 SR = 16000
-JFK = Path("/work/shared/eval/jfk.flac")
+JFK = EVAL / "jfk.flac"
 JFK_TEXT = (
     "And so my fellow Americans, ask not what your country can do for you, "
     "ask what you can do for your country."

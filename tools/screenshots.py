@@ -82,7 +82,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--no-xvfb", action="store_true", help="use the current $DISPLAY")
+    parser.add_argument("--size", help="WxH instead of the default size (to check a larger "
+                        "screen; keep docs/screenshots at the default)")  # fmt: skip
     args = parser.parse_args()
+    size = tuple(int(n) for n in args.size.lower().split("x")) if args.size else None
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="ds-shots-"))
     xvfb = None if args.no_xvfb else start_xvfb()
@@ -102,7 +105,7 @@ def main() -> int:
     pulse._load("headset_mic", "module-remap-source", "master=headset.monitor",
                 "source_name=headset_mic", "source_properties=device.description=Headset")  # fmt: skip
     try:
-        code = shoot(args.out, tmp, pulse)
+        code = shoot(args.out, tmp, pulse, size)
     finally:
         _stop_shared()
         if xvfb is not None:
@@ -111,7 +114,7 @@ def main() -> int:
     return code
 
 
-def shoot(out: Path, tmp: Path, pulse) -> int:
+def shoot(out: Path, tmp: Path, pulse, size: tuple[int, ...] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from deskscribe.gui.app import DEFAULT_SIZE, MainWindow, apply_theme, icon
@@ -139,7 +142,7 @@ def shoot(out: Path, tmp: Path, pulse) -> int:
     install_model(store)
     os.environ["DESKSCRIBE_MODELS_DIR"] = str(store)
     window = MainWindow(ctx)
-    window.resize(*DEFAULT_SIZE)
+    window.resize(*(size or DEFAULT_SIZE))
     window.show()
     handle = ctx.preload()
     s.pump(60, lambda: handle.finished)
