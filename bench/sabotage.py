@@ -295,6 +295,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         ),
     ),
     Sabotage(
+        "bridges-kept",
+        "windows straddling a change without a heard pause may form a speaker of their own",
+        "src/deskscribe/speakers/diarize.py",
+        "    fold_bridges: bool = True\n",
+        "    fold_bridges: bool = False\n",
+        ("tests/test_diarize.py::test_changes_without_a_heard_pause_make_no_voice_of_their_own",),
+    ),
+    Sabotage(
         "subtitle-width-off",
         "subtitle lines are not held to max_line_chars (one line per cue, any length)",
         "src/deskscribe/transcript/subtitles.py",
