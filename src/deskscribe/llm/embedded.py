@@ -1,0 +1,90 @@
+"""The built-in language model: llama.cpp's own server running a GGUF file, inside this
+process, on 127.0.0.1 at a port the system picks, behind a random API key.
+
+The binding is ``xllamacpp`` (MIT): wheels on PyPI for Linux, Windows and macOS (Metal on
+Apple silicon) with no Python dependencies, and it runs llama.cpp's server, so the embedded
+model and Ollama or LM Studio are reached by the same OpenAI-compatible client code and the
+chat template is the one the GGUF carries. llama-cpp-python is source-only on PyPI (a C++
+build at install); llama-cpp-cffi is Linux-only and pulls transformers and an old
+huggingface-hub (docs/architecture.md "Notes").
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from pathlib import Path
+
+from .endpoint import Endpoint, LLMError
+
+INSTALL_HINT = 'pip install "deskscribe[notes]"'
+
+
+class EmbeddedLLM:
+    """``with EmbeddedLLM(path) as endpoint:`` a running server and the endpoint to ask."""
+
+    def __init__(
+        self,
+        gguf: Path,
+        *,
+        context: int = 8192,
+        threads: int | None = None,
+        gpu_layers: int = -1,  # all that fit, where the build has a GPU backend
+        label: str = "",
+    ) -> None:
+        self.gguf = Path(gguf)
+        self.context = context
+        self.threads = threads or max(1, min(8, (os.cpu_count() or 2)))
+        self.gpu_layers = gpu_layers
+        self.label = label or f"{self.gguf.stem} (built in)"
+        self._server = None
+        self._lock = threading.Lock()
+
+    def start(self) -> Endpoint:
+        with self._lock:
+            if not self.gguf.is_file():
+                raise LLMError(
+                    f"the notes model {self.gguf} is missing: install one with "
+                    "`deskscribe models install-starter --which llm`, or give a GGUF chat model"
+                )
+            try:
+                import xllamacpp
+            except ImportError as err:
+                raise LLMError(
+                    f"the built-in notes model needs llama.cpp's binding: {INSTALL_HINT}"
+                ) from err
+            key = secrets.token_urlsafe(24)
+            p = xllamacpp.CommonParams()
+            p.model.path = str(self.gguf)
+            p.n_ctx = self.context
+            p.n_gpu_layers = self.gpu_layers
+            p.cpuparams.n_threads = self.threads
+            p.cpuparams_batch.n_threads = self.threads
+            p.hostnames = ["127.0.0.1"]
+            p.port = 0
+            p.api_keys = [key]
+            p.ui = False
+            p.cors_origins = "http://127.0.0.1"
+            p.n_parallel = 1
+            p.verbosity = 0  # llama.cpp's own log: errors only (our messages say the rest)
+            try:
+                self._server = xllamacpp.Server(p)
+            except Exception as err:  # the binding raises RuntimeError and others
+                raise LLMError(
+                    f"{self.gguf.name} could not be loaded as a language model "
+                    f"({str(err).splitlines()[0][:200] if str(err) else type(err).__name__}): "
+                    "it is damaged or not a GGUF chat model; install it again"
+                ) from err
+            base = str(self._server.listening_address).rstrip("/")
+            return Endpoint(base + "/v1", self.gguf.stem, api_key=key, label=self.label)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._server = None  # the binding stops its server when the object goes
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
