@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import DeskScribeError
+from ..errors import Cancelled, DeskScribeError
 
 # The ports local LLM servers listen on by default.
 LOOPBACK_PORTS: dict[int, str] = {
@@ -33,7 +33,7 @@ class LLMError(DeskScribeError):
     """The language model could not be reached or did not answer usefully."""
 
 
-class LLMCancelled(LLMError):
+class LLMCancelled(LLMError, Cancelled):
     pass
 
 
