@@ -71,7 +71,9 @@ def notes(args: argparse.Namespace) -> int:
     text = (json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
             if args.json else render_markdown(result, transcript))  # fmt: skip
     if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        from .fsutil import write_atomic
+
+        write_atomic(args.output, text)  # private, as transcripts are; never half-written
         print(args.output)
     else:
         sys.stdout.write(text)

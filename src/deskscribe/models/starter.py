@@ -74,7 +74,8 @@ STARTERS = (
 PIP_HINT = 'pip install "deskscribe[starter]"'
 
 
-def _package_dir(module: str) -> Path | None:
+def package_dir(module: str) -> Path | None:
+    """The folder of an installed package, found without importing it (None if absent)."""
     spec = importlib.util.find_spec(module)
     return Path(spec.origin).parent if spec is not None and spec.origin else None
 
@@ -84,7 +85,7 @@ def find_starter(name: str | None = None) -> tuple[Starter, list[Path]]:
     for starter in STARTERS:
         if name and starter.name != name:
             continue
-        dirs = [_package_dir(p) for p in starter.packages]
+        dirs = [package_dir(p) for p in starter.packages]
         if all(dirs):
             return starter, [d / starter.subdir for d in dirs if d]
     wanted = f"the {name!r} starter" if name else "a starter model"
