@@ -144,7 +144,11 @@ def _segment(t: Transcript, index: int) -> Segment:
 def _copy(seg: Segment, **changes: Any) -> Segment:
     words = [dataclasses.replace(w) for w in changes.pop("words", seg.words)]
     tokens = list(changes.pop("tokens", seg.tokens))
-    return dataclasses.replace(seg, words=words, tokens=tokens, **changes)
+    # A translation says what the old text said: a new text drops it.
+    same = changes.get("text", seg.text) == seg.text
+    translations = dict(seg.translations) if same else {}
+    return dataclasses.replace(seg, words=words, tokens=tokens, translations=translations,
+                               **changes)  # fmt: skip
 
 
 def _with_speaker(seg: Segment, speaker: str) -> Segment:

@@ -184,8 +184,77 @@ def _md_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
+NotesLine = tuple[str, list[float]]  # a point's text, and the times of the lines it cites
+
+
+def notes_sections(notes: dict) -> tuple[str, list[tuple[str, list[NotesLine]]]]:
+    """Stored notes (``Transcript.notes``) as (summary, [(heading, [(text, times)])]), what
+    cited nothing under "Not found in the transcript". Defensive: the stored notes may have
+    been edited by hand."""
+
+    def text(v) -> str:
+        return _one_line(str(v or ""))
+
+    def times(ts) -> list[float]:
+        ts = ts if isinstance(ts, list) else []
+        return [float(t) for t in ts if isinstance(t, (int, float)) and not isinstance(t, bool)]
+
+    def listed(key) -> list:
+        value = notes.get(key)
+        return value if isinstance(value, list) else []
+
+    cited = notes.get("cited") if isinstance(notes.get("cited"), dict) else {}
+    sections: list[tuple[str, list[NotesLine]]] = []
+    for key, heading in (("key_points", "Key points"), ("decisions", "Decisions")):
+        cites = cited.get(key) if isinstance(cited.get(key), list) else []
+        sections.append((heading, [(text(p), times(cites[i] if i < len(cites) else []))
+                                   for i, p in enumerate(listed(key))]))  # fmt: skip
+    actions = []
+    for a in listed("action_items"):
+        if isinstance(a, dict):
+            who = f"{text(a.get('owner'))}: " if a.get("owner") else ""
+            due = f" (due {text(a.get('due'))})" if a.get("due") else ""
+            actions.append((f"{who}{text(a.get('text'))}{due}", times([a.get("start")])))
+    sections.append(("Action items", actions))
+    sections.append(("Chapters", [(text(c.get("title")), times([c.get("start")]))
+                                  for c in listed("chapters") if isinstance(c, dict)]))  # fmt: skip
+    unsupported = [(text(u.get("text")), []) for u in listed("unsupported") if isinstance(u, dict)]
+    if unsupported:
+        sections.append(("Not found in the transcript (check before use)", unsupported))
+    return text(notes.get("summary")), sections
+
+
+def notes_credit(notes: dict) -> str:
+    model = _one_line(str(notes.get("model") or "a language model"))
+    return f"Notes written by {model}; check them against the transcript."
+
+
+def _cited(line: NotesLine) -> str:
+    text, times = line
+    return text + (f" ({', '.join(format_clock(t) for t in times)})" if times else "")
+
+
+def notes_markdown(notes: dict, level: int = 1) -> str:
+    """Stored notes as Markdown (``level``: the heading level of "Notes"); the user's own
+    edit of them (``notes["edited"]``) when there is one."""
+    h = "#" * level
+    edited = notes.get("edited")
+    if isinstance(edited, str) and edited.strip():
+        return f"{h} Notes\n\n{edited.strip()}\n"
+    summary, sections = notes_sections(notes)
+    out = [f"{h} Notes", "", _md_escape(summary) or "_(no summary)_", ""]
+    for heading, lines in sections:
+        out += [f"{h}# {heading}", ""]
+        out += [f"- {_md_escape(_cited(x))}" for x in lines] or ["_none_"]
+        out.append("")
+    out += [f"_{_md_escape(notes_credit(notes))}_", ""]
+    return "\n".join(out)
+
+
 def _render_md(transcript: Transcript) -> str:
     out = [f"# {_md_escape(_title(transcript))}", ""]
+    if transcript.notes:
+        out += [notes_markdown(transcript.notes, level=2), "## Transcript", ""]
     for seg in transcript.segments:
         label = _label(transcript, seg)
         who = f" **{_md_escape(_one_line(label))}:**" if label else ""
@@ -257,6 +326,22 @@ def _render_docx(transcript: Transcript) -> bytes:
     title = clean(_title(transcript))
     document.core_properties.title = title
     document.add_heading(title, level=1)
+    if transcript.notes:
+        summary, sections = notes_sections(transcript.notes)
+        document.add_heading("Notes", level=2)
+        edited = transcript.notes.get("edited")
+        if isinstance(edited, str) and edited.strip():  # the user's own words, as written
+            for para in edited.strip().split("\n\n"):
+                document.add_paragraph(clean(para))
+        else:
+            document.add_paragraph(clean(summary))
+            for heading, lines in sections:
+                if lines:
+                    document.add_heading(clean(heading), level=3)
+                for line in lines:
+                    document.add_paragraph(clean(_cited(line)), style="List Bullet")
+        document.add_paragraph(clean(notes_credit(transcript.notes))).runs[0].italic = True
+        document.add_heading("Transcript", level=2)
     for seg in transcript.segments:
         para = document.add_paragraph()
         stamp = para.add_run(f"[{format_clock(seg.start)}] ")

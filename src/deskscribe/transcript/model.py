@@ -73,9 +73,13 @@ class Segment:
     temperature: float = 0.0
     tokens: list[int] = field(default_factory=list)
     language: str | None = None  # the language it was transcribed in ("en", "de", …)
+    # The segment in other languages ("fr" -> text), from `deskscribe translate` or the app's
+    # Translate: a second track beside the original, which stays. An edit of the text drops
+    # them (they would no longer say the same).
+    translations: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "start": float(self.start),
             "end": float(self.end),
@@ -89,6 +93,9 @@ class Segment:
             "tokens": list(self.tokens),
             "words": [w.to_dict() for w in self.words],
         }
+        if self.translations:
+            out["translations"] = dict(self.translations)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Segment:
@@ -105,6 +112,7 @@ class Segment:
             temperature=float(data.get("temperature", 0.0)),
             tokens=[int(t) for t in data.get("tokens") or []],
             language=_opt_str(data.get("language")),
+            translations={str(k): str(v) for k, v in (data.get("translations") or {}).items()},
         )
 
 
@@ -151,6 +159,9 @@ class Transcript:
     model: str | None = None
     speakers: dict[str, str] = field(default_factory=dict)
     turns: list[SpeakerTurn] = field(default_factory=list)
+    # Meeting notes written by a language model (`llm.notes.Notes.to_dict`), kept with the
+    # transcript they cite; None until notes are made.
+    notes: dict[str, Any] | None = None
 
     def name_voices(self) -> None:
         """Give voice speakers without a name ("S1", "S2", …) their default ("Speaker 1", …)."""
@@ -167,6 +178,27 @@ class Transcript:
     def text(self) -> str:
         """All segment texts joined by single spaces, without leading/trailing whitespace."""
         return " ".join(t for t in (s.text.strip() for s in self.segments) if t)
+
+    def translation_languages(self) -> list[str]:
+        """The languages some segment has a translation in, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for seg in self.segments:
+            for lang in seg.translations:
+                seen.setdefault(lang, None)
+        return list(seen)
+
+    def translated(self, language: str) -> Transcript:
+        """A copy in ``language``: each segment's text is its translation (times and speakers
+        kept, words dropped: their times belong to the original words). A segment without a
+        translation keeps its original text. For subtitles and exports in that language."""
+        segments = [
+            Segment(s.start, s.end, s.translations.get(language, s.text), speaker=s.speaker,
+                    id=s.id, language=language if language in s.translations else s.language)
+            for s in self.segments
+        ]  # fmt: skip
+        return Transcript(segments, language=language, duration=self.duration,
+                          source=self.source, model=self.model, speakers=dict(self.speakers),
+                          turns=list(self.turns))  # fmt: skip
 
     # --- speakers ----------------------------------------------------------------------------
 
@@ -228,6 +260,8 @@ class Transcript:
         }
         if self.turns:
             out["turns"] = [t.to_dict() for t in self.turns]
+        if self.notes is not None:
+            out["notes"] = self.notes
         return out
 
     @classmethod
@@ -265,6 +299,7 @@ class Transcript:
                 model=_opt_str(data.get("model")),
                 speakers={str(k): str(v) for k, v in speakers.items()},
                 turns=[SpeakerTurn.from_dict(t) for t in data.get("turns") or []],
+                notes=_opt_dict(data.get("notes")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
@@ -335,6 +370,14 @@ def _joined(a: Segment, b: Segment) -> Segment:
         temperature=max(a.temperature, b.temperature),
         tokens=a.tokens + b.tokens,
     )
+
+
+def _opt_dict(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"notes must be an object, not {type(value).__name__}")
+    return value
 
 
 def _opt_str(value: Any) -> str | None:
