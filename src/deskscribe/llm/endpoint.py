@@ -27,6 +27,9 @@ LOOPBACK_PORTS: dict[int, str] = {
     8000: "vLLM",
 }
 MAX_MODELS_REPLY = 1 << 20  # bytes of a /v1/models reply read at most
+# Characters of one streamed reply read at most: a server that streams past its max_tokens
+# (a hostile or broken one) is stopped here, not at the request's timeout.
+MAX_REPLY_CHARS = 200_000
 
 
 class LLMError(DeskScribeError):
@@ -97,9 +100,12 @@ def chat_json(
     *,
     max_tokens: int = 800,
     cancel: threading.Event | None = None,
-    on_token: Callable[[int], None] | None = None,
+    on_text: Callable[[str], None] | None = None,
+    name: str = "notes",
 ) -> dict:
-    """The model's reply to ``messages`` as a JSON object following ``schema``."""
+    """The model's reply to ``messages`` as a JSON object following ``schema``; ``on_text``
+    gets each piece of the reply as it streams (on this thread), ``cancel`` stops it between
+    pieces (``LLMCancelled``); every failure is an ``LLMError`` that names the endpoint."""
     import openai
 
     client = endpoint.client()
@@ -111,14 +117,14 @@ def chat_json(
         "stream": True,
     }
     formats = [
-        {"type": "json_schema", "json_schema": {"name": "notes", "schema": schema}},
+        {"type": "json_schema", "json_schema": {"name": name, "schema": schema}},
         None,  # a server that does not take response_format
     ]
     last: Exception | None = None
     for fmt in formats:
         try:
             text = _stream(client, {**ask, **({"response_format": fmt} if fmt else {})},
-                           cancel, on_token)  # fmt: skip
+                           cancel, on_text)  # fmt: skip
         except openai.BadRequestError as err:
             last = err
             continue
@@ -145,36 +151,78 @@ def chat_json(
         last = LLMError(f"the reply is not the JSON asked for: {text[:160]!r}")
         break  # the server took the format: asking again without it would not help
     raise LLMError(
-        f"{endpoint.label or endpoint.model} did not write the notes in the form asked for "
+        f"{endpoint.label or endpoint.model} did not write the {name} in the form asked for "
         f"({str(last)[:200]}); a larger model writes far better notes"
     )
 
 
-def _stream(client, ask: dict, cancel, on_token) -> str:
+def _stream(client, ask: dict, cancel, on_text) -> str:
+    """The streamed reply's text. With ``cancel``, the reply is read on a thread of its own
+    and a cancel returns at once (a server can take seconds over one token: a cold start,
+    a long prompt); the reader closes the connection at its next piece, and llama.cpp's
+    server, like the others, stops generating for a client that has gone."""
+    if cancel is None:
+        return _read(client, ask, None, on_text)
+    box: dict = {}
+    finished = threading.Event()
+
+    def reader() -> None:
+        try:
+            box["text"] = _read(client, ask, cancel, on_text)
+        except BaseException as err:  # handed to the caller's thread
+            box["error"] = err
+        finally:
+            finished.set()
+
+    threading.Thread(target=reader, name="llm-reply", daemon=True).start()
+    while not finished.wait(0.05):
+        if cancel.is_set():
+            # Close the client's connections now, so that the server stops generating
+            # even while the reader still waits for its first piece.
+            threading.Thread(target=client.close, name="llm-close", daemon=True).start()
+            raise LLMCancelled("cancelled")
+    if "error" in box:
+        raise box["error"]
+    return box["text"]
+
+
+def _read(client, ask: dict, cancel, on_text) -> str:
     parts: list[str] = []
+    size = 0
     stream = client.chat.completions.create(**ask)
     try:
         for chunk in stream:
             if cancel is not None and cancel.is_set():
-                raise LLMCancelled("notes cancelled")
-            if chunk.choices and chunk.choices[0].delta.content:
-                parts.append(chunk.choices[0].delta.content)
-                if on_token is not None:
-                    on_token(len(parts))
+                raise LLMCancelled("cancelled")
+            piece = chunk.choices[0].delta.content if chunk.choices else None
+            if piece:
+                parts.append(piece)
+                size += len(piece)
+                if size > MAX_REPLY_CHARS:
+                    raise LLMError(
+                        f"the language model wrote more than {MAX_REPLY_CHARS} characters, "
+                        "far past what was asked for: it was stopped"
+                    )
+                if on_text is not None:
+                    on_text(piece)
     finally:
         stream.close()
     return "".join(parts)
 
 
 def _json_object(text: str) -> dict | None:
-    text = text.strip()
-    if text.startswith("```"):  # a fenced block, from a server that ignored the format
-        text = text.strip("`").removeprefix("json").strip()
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
+    """The JSON object in ``text``; a reply cut off at the token limit, or wrapped in a fenced
+    block by a server that ignored the format, is mended by json-repair (what it cannot
+    read as an object is None)."""
     try:
-        value = json.loads(text[start : end + 1])
+        value = json.loads(text)
     except ValueError:
-        return None
+        try:
+            import json_repair
+        except ImportError:  # pragma: no cover - the notes extra installs it
+            return None
+        try:
+            value = json_repair.loads(text)
+        except Exception:  # whatever it raises, the reply is not usable
+            return None
     return value if isinstance(value, dict) else None
