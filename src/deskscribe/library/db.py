@@ -35,6 +35,7 @@ from .migrations import LATEST, MIGRATIONS, SEARCH_TABLE, source_name, transcrip
 log = logging.getLogger(__name__)
 
 DB_NAME = "library.sqlite3"
+RANK_WORDS = 32  # words of a question that `Library.rank` looks for, at most
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 UNFINISHED = ("queued", "running")
 _UPDATABLE = {
@@ -255,6 +256,40 @@ class Library:
             sql += " WHERE " + " AND ".join(where)
         rows = self._db().execute(sql + " ORDER BY created DESC, id DESC", args).fetchall()
         return [_item(r) for r in rows]
+
+    def rank(self, text: str, limit: int = 5) -> list[int]:
+        """Ids of the items that contain any word of ``text`` (prefixes match), best match
+        first: FTS5's bm25 with the title weighted twice, else the count of words found. For
+        questions (Ask): a question's words are OR-ed, as no transcript holds all of them.
+        At most the first ``RANK_WORDS`` words count."""
+        words = [w for w in text.replace("\x00", " ").split() if any(c.isalnum() for c in w)]
+        words = words[:RANK_WORDS]
+        limit = max(1, int(limit))
+        if not words:
+            return []
+        if self._fts():
+            query = " OR ".join('"' + w.replace('"', '""') + '"*' for w in words)
+            rows = self._db().execute(
+                f"SELECT rowid FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH ? "
+                f"ORDER BY bm25({SEARCH_TABLE}, 2.0, 1.0, 1.0), rowid DESC LIMIT ?",
+                (query, limit),
+            )
+            return [int(r[0]) for r in rows.fetchall()]
+        found, args = [], []
+        for w in words:
+            pattern = "%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            found.append(
+                "(title LIKE ? ESCAPE '\\' OR source_name LIKE ? ESCAPE '\\' "
+                "OR body LIKE ? ESCAPE '\\')"
+            )
+            args += [pattern] * 3
+        score = " + ".join(found)
+        rows = self._db().execute(
+            f"SELECT rowid, {score} AS score FROM {SEARCH_TABLE} WHERE score > 0 "
+            "ORDER BY score DESC, rowid DESC LIMIT ?",
+            (*args, limit),
+        )
+        return [int(r[0]) for r in rows.fetchall()]
 
     def live_folders(self) -> set[Path]:
         """The session folders of every live item (resolved)."""
