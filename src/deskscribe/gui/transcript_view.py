@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QPushButton,
     QSplitter,
+    QTabWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -34,6 +35,7 @@ from ..service.playback import SKIP_SECONDS, Playback, PlaybackState
 from ..transcript import SubtitleRules, Transcript, export, render
 from .export_dialog import ask_export
 from .find_bar import FindBar
+from .notes_panel import NotesPanel
 from .player_bar import PlayerBar
 from .segment_delegate import TextDelegate
 from .segments_model import SPEAKER, TEXT, TIME, SegmentsModel, SegmentsTable
@@ -131,6 +133,11 @@ class TranscriptView(QWidget):
         split.setStretchFactor(0, 4)
         split.setStretchFactor(1, 1)
         split.setChildrenCollapsible(False)
+        self.notes_panel = NotesPanel(self)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(split, "Transcript")
+        self.tabs.addTab(self.notes_panel, "Notes")
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.title)
@@ -138,7 +145,7 @@ class TranscriptView(QWidget):
         layout.addWidget(self.banner)
         layout.addLayout(top)
         layout.addWidget(self.find_bar)
-        layout.addWidget(split, 1)
+        layout.addWidget(self.tabs, 1)
         layout.addWidget(self.player_bar)
 
         context = Qt.ShortcutContext.WidgetWithChildrenShortcut
@@ -185,6 +192,7 @@ class TranscriptView(QWidget):
         self.model.set_transcript(transcript)
         self._speakers_shown()
         self.find_bar.refresh()
+        self.notes_panel.show_notes()
         self.playback.open(self.item.source)
         self.player_bar.set_tracks(tracks)
         ends = [s.end for s in transcript.segments]
@@ -222,6 +230,12 @@ class TranscriptView(QWidget):
             return
         self._pending[self.item_id] = snapshot(self.transcript)
         self._pump()
+
+    def set_notes(self, notes: dict | None) -> None:
+        """Keep ``notes`` with the transcript shown, saved as an edit is (not undoable: the
+        Notes tab's own Edit is how notes are changed)."""
+        self.transcript.notes = notes
+        self._changed()
 
     def _pump(self) -> None:
         """Start the next save unless one is running (the newest edit of each item wins)."""

@@ -1,0 +1,135 @@
+"""The Notes tab, driven as a user drives it, with a real language model (the offline starter,
+SmolLM2-135M, on the built-in llama.cpp server) writing notes of the real phone call: the
+words stream in while it writes, Cancel stops it and keeps what was there, the notes are
+saved with the transcript, a time in them moves the player to that line, Edit and Copy keep
+what the user wrote."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest
+
+pytest.register_assert_rewrite("files_support")
+pytest_plugins = ["files_support"]  # fixtures: ctx, window
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtGui import QGuiApplication, QTextCursor  # noqa: E402
+
+from conftest import EVAL  # noqa: E402
+from deskscribe.llm.store import STARTER_FILE  # noqa: E402
+
+CALL = EVAL / "two-speakers.wav"
+LEFT = Qt.MouseButton.LeftButton
+
+
+@pytest.fixture
+def opened(qtbot, window, ctx, call_transcript, llm_gguf):
+    """The call open in the transcript view, its Notes tab shown, the starter model in the
+    store (where the app looks for the built-in notes model)."""
+    store = Path(os.environ["DESKSCRIBE_MODELS_DIR"])  # the ctx fixture's store
+    (store / "llm").mkdir(exist_ok=True)
+    (store / "llm" / STARTER_FILE).symlink_to(llm_gguf)
+    win, _files, view, _library = window
+    item_id = ctx.library.add_file(CALL, {"model": "tiny.en"})
+    ctx.library.save_transcript(item_id, call_transcript)
+    ctx.library.update(item_id, status="done", duration=30.0)
+    with qtbot.waitSignal(view.loaded, timeout=20_000):
+        win.show_transcript(item_id)
+    view.tabs.setCurrentWidget(view.notes_panel)
+    return view, item_id
+
+
+def _anchor(browser, prefix: str):
+    """(href, point in the viewport) of the first link in ``browser`` starting ``prefix``."""
+    block = browser.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            href = fragment.charFormat().anchorHref()
+            if href.startswith(prefix):
+                cursor = QTextCursor(browser.document())
+                cursor.setPosition(fragment.position() + 1)
+                return href, browser.cursorRect(cursor).center()
+            it += 1
+        block = block.next()
+    return None, None
+
+
+def test_notes_tab_streams_saves_and_a_time_seeks_the_player(qtbot, opened, ctx):
+    view, item_id = opened
+    panel = view.notes_panel
+    assert panel.write_button.text() == "Write notes" and not panel.copy_button.isEnabled()
+    seen_streaming = []
+    panel.stream.textChanged.connect(
+        lambda: seen_streaming.append(panel.running and bool(panel.stream.toPlainText()))
+    )
+    with (
+        qtbot.waitSignal(view.saved, timeout=180_000) as saved,
+        qtbot.waitSignal(panel.finished, timeout=180_000) as ended,
+    ):
+        qtbot.mouseClick(panel.write_button, LEFT)
+        qtbot.waitUntil(lambda: panel.stream.isVisible() and panel.cancel_button.isVisible())
+    assert ended.args == ["done"], panel.status.text()
+    assert saved.args == [item_id]
+    assert any(seen_streaming), "no words were shown while the model wrote"
+    assert "built in (on this computer)" in panel.status.text()
+    stored = ctx.library.load_transcript(item_id).notes
+    assert stored["summary"].strip() and stored["model"]
+    assert panel.write_button.text() == "Write again" and not panel.stream.isVisible()
+    assert "Summary" in panel.browser.toPlainText()
+
+    href, point = _anchor(panel.browser, "seek:")
+    if href is None:  # a small model may cite nothing that checks out: give the notes a time
+        middle = view.transcript.segments[3].start
+        stored = dict(stored, chapters=[{"title": "Middle", "start": middle}])
+        view.set_notes(stored)
+        panel.show_notes()
+        href, point = _anchor(panel.browser, "seek:")
+    seconds = float(href.split(":", 1)[1])
+    row = next(i for i, s in enumerate(view.transcript.segments) if s.start <= seconds <= s.end)
+    with qtbot.waitSignal(view.player_bar.position, timeout=5_000) as moved:
+        qtbot.mouseClick(panel.browser.viewport(), LEFT, pos=point)
+    assert moved.args[0] == pytest.approx(seconds, abs=1e-3)
+    assert view.playback.position() == pytest.approx(seconds, abs=0.05)
+    assert [i.row() for i in view.table.selectionModel().selectedRows()] == [row]
+
+    # Edit: the user's words replace the notes, are saved, and exported as written.
+    qtbot.mouseClick(panel.edit_button, LEFT)
+    assert panel.editor.isVisible() and "Action items" in panel.editor.toPlainText()
+    panel.editor.selectAll()
+    qtbot.keyClicks(panel.editor, "We agreed to call back on Friday.")
+    qtbot.mouseClick(panel.edit_button, LEFT)
+    assert view.transcript.notes["edited"] == "We agreed to call back on Friday."
+    qtbot.waitUntil(lambda: ctx.library.load_transcript(item_id).notes.get("edited")
+                    == "We agreed to call back on Friday.", timeout=10_000)  # fmt: skip
+    assert "We agreed to call back on Friday." in panel.browser.toPlainText()
+    qtbot.mouseClick(panel.copy_button, LEFT)
+    assert "We agreed to call back on Friday." in QGuiApplication.clipboard().text()
+
+
+def test_cancel_stops_the_model_and_keeps_the_notes_there_were(qtbot, opened, ctx):
+    view, item_id = opened
+    panel = view.notes_panel
+    before = {"summary": "Kept.", "key_points": [], "decisions": [], "action_items": [],
+              "chapters": [], "model": "earlier"}  # fmt: skip
+    with qtbot.waitSignal(view.saved, timeout=10_000):
+        view.set_notes(before)
+    panel.show_notes()
+    with qtbot.waitSignal(panel.finished, timeout=120_000) as ended:
+        qtbot.mouseClick(panel.write_button, LEFT)
+        qtbot.waitUntil(lambda: len(panel.stream.toPlainText()) > 10, timeout=120_000)
+        clicked = time.monotonic()
+        qtbot.mouseClick(panel.cancel_button, LEFT)
+    stopped = time.monotonic() - clicked
+    assert ended.args == ["cancelled"]
+    assert stopped < 1.0, f"the model went on for {stopped:.2f} s after Cancel"
+    assert "Cancelled" in panel.status.text()
+    assert view.transcript.notes == before
+    assert ctx.library.load_transcript(item_id).notes == before
+    assert "Kept." in panel.browser.toPlainText() and panel.write_button.isEnabled()
