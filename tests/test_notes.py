@@ -147,6 +147,8 @@ def test_what_the_model_invents_is_taken_out_before_anyone_sees_it(call) -> None
             {"text": "  ", "lines": [0]},
             "not a point",
             {"text": "Nothing cited", "lines": []},
+            {"text": "move to  Chicago", "lines": [1]},  # said again: kept once
+            {"text": "Nothing cited", "lines": [n + 1]},
         ],
         "action_items": [{"text": "Call back", "lines": [1], "owner": "diane", "due": " Fri "},
                          {"text": "Pay", "lines": [2], "owner": "Bob"}],
@@ -156,12 +158,12 @@ def test_what_the_model_invents_is_taken_out_before_anyone_sees_it(call) -> None
     }  # fmt: skip
     notes = check(raw, call, 0, n)
     assert len(notes.summary) == 2000
-    assert [(p.text, p.lines) for p in notes.decisions] == [("Move to Chicago", [0])]
+    assert [(p.text, p.lines) for p in notes.decisions] == [("Move to Chicago", [0, 1])]
     assert [(k, p.text) for k, p in notes.unsupported] == [("decisions", "Nothing cited")]
     # An owner is kept only as a speaker of the transcript, whatever its case.
     assert [(p.owner, p.due) for p in notes.action_items] == [("Diane", "Fri"), (None, None)]
     assert [(c.title, c.line) for c in notes.chapters] == [("Start", 0), ("Later", 3)]
-    assert notes.key_points == [] and notes.dropped == 6 + 2
+    assert notes.key_points == [] and notes.dropped == 6 + 1 + 2
     data = notes.to_dict(call)
     jsonschema.validate(data, NOTES_JSON)
     assert data["unsupported"] == [{"kind": "decisions", "text": "Nothing cited"}]

