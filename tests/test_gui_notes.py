@@ -133,3 +133,34 @@ def test_cancel_stops_the_model_and_keeps_the_notes_there_were(qtbot, opened, ct
     assert view.transcript.notes == before
     assert ctx.library.load_transcript(item_id).notes == before
     assert "Kept." in panel.browser.toPlainText() and panel.write_button.isEnabled()
+
+
+def test_ask_about_this_recording_and_export_a_translation(qtbot, opened, ctx, tmp_path):
+    """The view's Ask… asks about the recording shown; an export in a language the
+    transcript has a translation in is written in it, at the original times."""
+    view, item_id = opened
+    qtbot.mouseClick(view.ask_button, LEFT)
+    dialog = view.ask_window
+    assert dialog.isVisible()
+    qtbot.keyClicks(dialog.question, "Where does Diane live?")
+    with qtbot.waitSignal(dialog.ended, timeout=120_000) as ended:
+        qtbot.mouseClick(dialog.ask_button, LEFT)
+    assert ended.args == ["done"], dialog.status.text()
+    assert [s[0] for s in dialog.answer.sources] == [item_id]
+    assert all(c.item_id == item_id for c in dialog.answer.citations)
+    dialog.close()
+
+    segments = view.transcript.segments
+    for s in segments[:2]:
+        s.translations = {"fr": f"Ligne {s.id} en français."}
+    out = tmp_path / "call.fr.srt"
+    with qtbot.waitSignal(view.exported, timeout=10_000):
+        view.export_to(out, "srt", None, "fr")
+    text = out.read_text("utf-8")
+    said = " ".join(x.split(": ", 1)[-1] for x in text.splitlines()
+                    if x and not x.isdigit() and "-->" not in x)  # fmt: skip
+    assert "Ligne 0 en français. Ligne 1 en français." in said
+    assert " ".join(segments[2].text.split()) in said  # untranslated lines keep their text
+    start = segments[0].start
+    stamp = f"{int(start // 3600):02d}:{int(start % 3600 // 60):02d}:{int(start % 60):02d},"
+    assert stamp in text

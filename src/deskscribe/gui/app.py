@@ -107,6 +107,7 @@ class MainWindow(QMainWindow):
 
         ctx.status_message.connect(lambda m: self.statusBar().showMessage(m, 8000))
         ctx.open_transcript.connect(self.show_transcript)
+        self.library_panel.open_at.connect(self.open_at)
         self.live_panel.wants_models.connect(lambda: self.go("Models"))
         self.live_panel.state_changed.connect(self._live_state)
         self._preload = QTimer(self, singleShot=True, interval=500)
@@ -128,6 +129,23 @@ class MainWindow(QMainWindow):
         self.transcript_view.open_item(item_id)
         self.nav.item(PAGES.index("Transcript")).setHidden(False)
         self.go("Transcript")
+
+    def open_at(self, item_id: int, seconds: float) -> None:
+        """Show recording ``item_id`` at the line at ``seconds`` (a line an answer cites)."""
+        view = self.transcript_view
+        if view.item_id == item_id:  # open already: no reload (edits may be unsaved)
+            self.nav.item(PAGES.index("Transcript")).setHidden(False)
+            self.go("Transcript")
+            view.go_to(seconds)
+            return
+
+        def there(loaded: int) -> None:
+            view.loaded.disconnect(there)
+            if loaded == item_id:
+                view.go_to(seconds)
+
+        view.loaded.connect(there)
+        self.show_transcript(item_id)
 
     def _watched_file(self, path: Path, folder) -> None:
         """A watched folder's new file (the watcher's thread): into the queue, its options."""

@@ -1,9 +1,18 @@
 """Exporting a transcript: where, in which format and, for subtitles (SRT, VTT), by which rules.
 
-``ask_export(parent, start)`` opens `ExportDialog` and returns the user's `ExportChoice` (or
-None when cancelled); the caller writes the file. `SubtitleRulesBox` is the compact group of
-subtitle rules that this dialog and the Settings dialog share; its limits are
+``ask_export(parent, start, transcript)`` opens `ExportDialog` and returns the user's
+`ExportChoice` (or None when cancelled); the caller writes the file. `SubtitleRulesBox` is the
+compact group of subtitle rules that this dialog and the Settings dialog share; its limits are
 ``transcript.subtitles.LIMITS``, the ones the CLI and the settings check.
+
+Given the transcript, the dialog also asks in which language: the original, one of the
+translations it has, or "Translate to…" a language the user types (a code or a name, checked
+by ``service.translate.target``). The choice says which (``language``: the key, None for the
+original) and whether a translation must be made first (``translate``); the caller then runs
+`TranslateRunner`, which translates on a worker thread with the language model the settings
+choose, shows its progress with a Cancel button, and hands back the translated copy; the
+caller keeps its translation track (`copy_translation`) and exports
+``transcript.translated(language)``.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -25,6 +35,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMessageBox,
+    QProgressDialog,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -32,9 +43,13 @@ from PySide6.QtWidgets import (
 )
 
 from .. import settings
+from ..transcript import Transcript
 from ..transcript.export import FORMATS, SUBTITLE_FORMATS
 from ..transcript.subtitles import LIMITS, SubtitleRules
 from .file_options import FORMAT_LABELS
+from .workers import run_in_worker
+
+TRANSLATE = "\0translate"  # the language list's "Translate to…" entry
 
 
 class SubtitleRulesBox(QGroupBox):
@@ -114,6 +129,8 @@ class ExportChoice:
     path: Path
     fmt: str  # one of FORMATS
     rules: SubtitleRules | None  # SRT/VTT's rules; None for the other formats
+    language: str | None = None  # the translation's key ("fr"); None: the original
+    translate: bool = False  # translate into ``language`` first (`TranslateRunner`)
 
 
 def _format_of(path: Path) -> str | None:
@@ -125,7 +142,11 @@ class ExportDialog(QDialog):
     """Format, file and (for SRT and VTT) the subtitle rules, filled from the settings."""
 
     def __init__(
-        self, parent: QWidget | None, start: Path, rules: SubtitleRules | None = None
+        self,
+        parent: QWidget | None,
+        start: Path,
+        rules: SubtitleRules | None = None,
+        transcript: Transcript | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Export transcript")
@@ -145,6 +166,7 @@ class ExportDialog(QDialog):
         row.addWidget(self.path, 1)
         row.addWidget(browse)
         form.addRow("Save as", row)
+        self._language_row(form, transcript)
         lay.addLayout(form)
         self.rules_box = SubtitleRulesBox(rules or settings.subtitle_rules())
         lay.addWidget(self.rules_box)
@@ -161,6 +183,51 @@ class ExportDialog(QDialog):
             lambda text: self.export_button.setEnabled(bool(text.strip()))
         )
         self._format_changed()
+
+    def _language_row(self, form: QFormLayout, transcript: Transcript | None) -> None:
+        """The language to export in: the original, a translation the transcript has, or
+        "Translate to…" a language typed beside it (hidden without a transcript)."""
+        self.language = QComboBox()
+        self.language.addItem("Original", None)
+        for key in transcript.translation_languages() if transcript is not None else []:
+            name = _language_name(key)
+            self.language.addItem(f"{name} ({key})" if name != key else key, key)
+        self.language.addItem("Translate to…", TRANSLATE)
+        self.language.setToolTip(
+            "The language of the text exported; times and speakers stay. JSON keeps the "
+            "original and every translation whichever you pick."
+        )
+        self.translate_to = QLineEdit()
+        self.translate_to.setPlaceholderText("a language: fr, German, pt-BR…")
+        self.translate_to.setToolTip(
+            "A code or a name. The language model the settings choose translates the "
+            "transcript before the export; the translation is kept with it."
+        )
+        self.translate_to.textChanged.connect(lambda _t: self.language_error.hide())
+        self.language_error = QLabel()
+        self.language_error.setWordWrap(True)
+        self.language_error.setStyleSheet("color: #b3261e;")
+        self.language_error.hide()
+        row = QHBoxLayout()
+        row.addWidget(self.language)
+        row.addWidget(self.translate_to, 1)
+        box = QVBoxLayout()
+        box.setSpacing(2)
+        box.addLayout(row)
+        box.addWidget(self.language_error)
+        form.addRow("Language", box)
+        self.language.currentIndexChanged.connect(self._language_changed)
+        self._language_changed()
+        if transcript is None:
+            self.language.hide()
+            form.labelForField(box).hide()
+
+    def _language_changed(self) -> None:
+        asks = self.language.currentData() == TRANSLATE
+        self.translate_to.setVisible(asks)
+        self.language_error.hide()
+        if asks:
+            self.translate_to.setFocus()
 
     def fmt(self) -> str:
         return self.format.currentData()
@@ -197,11 +264,27 @@ class ExportDialog(QDialog):
         if not path.suffix:
             path = path.with_suffix(f".{fmt}")
         rules = self.rules_box.rules() if fmt in SUBTITLE_FORMATS else None
-        return ExportChoice(path, fmt, rules)
+        language, translate = self.language.currentData(), False
+        if language == TRANSLATE:
+            from ..service.translate import target
+
+            language, translate = target(self.translate_to.text())[0], True
+        return ExportChoice(path, fmt, rules, language, translate)
 
     def accept(self) -> None:
         if not self.path.text().strip():
             return
+        if self.language.currentData() == TRANSLATE:
+            from ..llm.translate import LanguageError
+            from ..service.translate import target
+
+            try:
+                target(self.translate_to.text())
+            except LanguageError as e:
+                self.language_error.setText(str(e))
+                self.language_error.show()
+                self.translate_to.setFocus()
+                return
         path = self.choice().path
         if path.is_dir():
             QMessageBox.warning(self, "Export transcript", f"{path} is a folder; give a file name.")
@@ -215,11 +298,169 @@ class ExportDialog(QDialog):
         super().accept()
 
 
-def ask_export(parent: QWidget | None, start: Path) -> ExportChoice | None:
-    """Ask where and how to export (``start``: the suggested file, its suffix the format);
-    None when the user cancels. The subtitle rules start from the settings'."""
-    dialog = ExportDialog(parent, start)
+def ask_export(
+    parent: QWidget | None, start: Path, transcript: Transcript | None = None
+) -> ExportChoice | None:
+    """Ask where and how to export (``start``: the suggested file, its suffix the format)
+    and, given ``transcript``, in which language; None when the user cancels. The subtitle
+    rules start from the settings'."""
+    dialog = ExportDialog(parent, start, transcript=transcript)
     try:
         return dialog.choice() if dialog.exec() == QDialog.DialogCode.Accepted else None
     finally:
         dialog.deleteLater()
+
+
+def _language_name(key: str) -> str:
+    """ "French" for "fr"; a key that names no language of Whisper's as it is."""
+    from ..whisper.languages import LANGUAGES
+
+    return LANGUAGES.get(key, key)
+
+
+def copy_translation(into: Transcript, translated: Transcript, key: str) -> int:
+    """Give ``into``'s lines the ``key`` translations of ``translated`` (a translated copy of
+    an earlier state of it), matched by segment id where the line's text is still the one
+    that was translated: a line edited meanwhile keeps what it has. A matched line the model
+    left untranslated loses an older ``key`` translation, as ``translate`` does. Each
+    changed line gets a new ``translations`` dict (never changed in place: the view's
+    snapshots share them). The number of lines that have a ``key`` translation from it."""
+    tracks = {(s.id, s.text): s.translations.get(key) for s in translated.segments}
+    given = 0
+    for seg in into.segments:
+        if (seg.id, seg.text) not in tracks:
+            continue
+        text = tracks[(seg.id, seg.text)]
+        new = {k: v for k, v in seg.translations.items() if k != key}
+        if text:
+            new[key] = text
+            given += 1
+        if new != seg.translations:
+            seg.translations = new
+    return given
+
+
+class TranslateRunner(QObject):
+    """Translates ``transcript`` into ``language`` (a code or name, as the user typed it)
+    with the language model the settings choose (``service.language_model.chosen``) on a
+    worker thread, showing a progress dialog with Cancel over ``parent`` (``dialog=False``:
+    none). ``start()`` begins; the transcript is never changed. When it ends: ``done(copy,
+    untranslated)`` (the translated copy, the lines with text the model left without a
+    translation), or ``cancelled()``, or ``failed(message)``; then ``ended("done" |
+    "cancelled" | "failed")``. The key the translation is stored under: ``key``."""
+
+    done = Signal(object, int)
+    cancelled = Signal()
+    failed = Signal(str)
+    ended = Signal(str)
+
+    def __init__(
+        self,
+        transcript: Transcript,
+        language: str,
+        parent: QWidget | None = None,
+        *,
+        dialog: bool = True,
+    ) -> None:
+        from ..service.translate import target
+
+        super().__init__(parent)
+        self.key, self.name = target(language)  # LanguageError for what is no language
+        self.transcript = transcript
+        self.language = language
+        self.lines = sum(1 for s in transcript.segments if s.text.strip())
+        self.result: tuple[Transcript, int] | None = None
+        self.label = ""  # the model, as the user knows it
+        self.streamed = 0  # characters of reply seen so far
+        self.progress: QProgressDialog | None = None
+        self._window = parent
+        self._dialog = dialog
+        self._job = None
+
+    @property
+    def running(self) -> bool:
+        return self._job is not None
+
+    def start(self) -> None:
+        if self.running:
+            return
+        if self._dialog:
+            box = QProgressDialog(f"Starting the language model to translate into "
+                                  f"{self.name}…", "Cancel", 0, max(1, self.lines),
+                                  self._window)  # fmt: skip
+            box.setWindowTitle("Translate")
+            box.setWindowModality(Qt.WindowModality.WindowModal)
+            box.setMinimumDuration(0)
+            box.setAutoClose(False)
+            box.setAutoReset(False)
+            box.setValue(0)
+            box.canceled.connect(self.cancel)
+            box.show()
+            self.progress = box
+        self._job = run_in_worker(
+            _translate, self.transcript, self.language, self.key,
+            on_done=self._done, on_error=self._failed, on_progress=self._progressed,
+            name="translate",
+        )  # fmt: skip
+
+    def cancel(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+            if self.progress is not None:
+                self.progress.setLabelText("Cancelling…")
+
+    def _progressed(self, label: str, done: int, total: int, streamed: int) -> None:
+        self.label, self.streamed = label, streamed
+        if self.progress is not None and not self._job.cancelled:
+            self.progress.setMaximum(max(1, total or self.lines))
+            self.progress.setValue(done)
+            self.progress.setLabelText(f"Translating into {self.name} with {label}: "
+                                       f"{done} of {total or self.lines} lines")  # fmt: skip
+
+    def _close(self) -> None:
+        self._job = None
+        if self.progress is not None:
+            self.progress.canceled.disconnect(self.cancel)
+            self.progress.close()
+            self.progress.deleteLater()
+            self.progress = None
+
+    def _done(self, result) -> None:
+        translated, missing, self.label = result
+        self._close()
+        self.result = (translated, missing)
+        self.done.emit(translated, missing)
+        self.ended.emit("done")
+
+    def _failed(self, exc: BaseException) -> None:
+        from ..errors import Cancelled
+
+        self._close()
+        if isinstance(exc, Cancelled):
+            self.cancelled.emit()
+            self.ended.emit("cancelled")
+        else:
+            self.failed.emit(str(exc))
+            self.ended.emit("failed")
+
+
+def _translate(transcript: Transcript, language: str, key: str, progress, cancel):
+    """On the worker: (the translated copy, the lines left untranslated, the model's name)."""
+    from ..service.language_model import chosen
+    from ..service.translate import translate, untranslated
+
+    choice = chosen()
+    state = [0, 0, 0]  # lines done, lines in all, characters streamed
+
+    def lines(done: int, total: int) -> None:
+        state[:2] = [done, total]
+        progress(choice.label, *state)
+
+    def streamed(piece: str) -> None:
+        state[2] += len(piece)
+        progress(choice.label, *state)
+
+    progress(choice.label, *state)
+    out = translate(transcript, language, endpoint=choice.endpoint, gguf=choice.gguf,
+                    progress=lines, cancel=cancel, on_text=streamed)  # fmt: skip
+    return out, len(untranslated(out, key)), choice.label

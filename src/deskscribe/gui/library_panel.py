@@ -1,7 +1,9 @@
 """The Library page: every live session and file job, searchable; open, rename, delete, reveal.
 
 Searches run on a worker thread (the newest one wins); the list refreshes whenever the app says
-the library changed (`AppContext.library_changed`).
+the library changed (`AppContext.library_changed`). "Ask…" opens `AskDialog`, a question across
+the library answered by the language model; a line it cites, clicked, is re-emitted as
+``open_at(item_id, seconds)`` for the window to open that recording there.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -69,11 +71,14 @@ class LibraryModel(RowTableModel):
 
 
 class LibraryPanel(QWidget):
+    open_at = Signal(int, float)  # a line an answer cites: its item id, its start in seconds
+
     def __init__(self, ctx, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.ctx = ctx
         self.model = LibraryModel(self)
         self._search_seq = 0
+        self.ask_dialog = None  # the Ask dialog, once opened (kept with its last answer)
 
         self.search_edit = QLineEdit()
         self.search_edit.setPlaceholderText("Search titles, file names and transcripts")
@@ -88,6 +93,12 @@ class LibraryPanel(QWidget):
         self._debounce.timeout.connect(self.refresh)
         self.search_edit.textChanged.connect(lambda _t: self._debounce.start())
         self.kind.currentIndexChanged.connect(lambda _i: self.refresh())
+        self.ask_button = QPushButton("Ask…")
+        self.ask_button.setToolTip(
+            "Ask a question across your recordings: a language model answers from the "
+            "transcripts that match it best, citing their lines"
+        )
+        self.ask_button.clicked.connect(self.ask)
 
         self.table = QTableView()
         self.table.setModel(self.model)
@@ -118,6 +129,7 @@ class LibraryPanel(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.search_edit, 1)
         top.addWidget(self.kind)
+        top.addWidget(self.ask_button)
         buttons = QHBoxLayout()
         for b in (self.open_button, self.rename_button, self.reveal_button):
             buttons.addWidget(b)
@@ -177,6 +189,18 @@ class LibraryPanel(QWidget):
         self.delete_button.setEnabled(bool(items))
 
     # --- actions ---------------------------------------------------------------------------
+
+    def ask(self) -> None:
+        """Open the Ask dialog (one, kept with its last answer, not modal)."""
+        from .ask_dialog import AskDialog
+
+        if self.ask_dialog is None:
+            self.ask_dialog = AskDialog(self.ctx, self)
+            self.ask_dialog.open_at.connect(self.open_at)
+        self.ask_dialog.show()
+        self.ask_dialog.raise_()
+        self.ask_dialog.activateWindow()
+        self.ask_dialog.question.setFocus()
 
     def open_selected(self) -> None:
         items = self.selected_items()

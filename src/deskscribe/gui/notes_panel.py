@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..transcript.export import format_clock, notes_credit, notes_markdown, notes_sections
-from .widgets import muted, select_rows
+from .widgets import muted
 from .workers import run_in_worker
 
 TEMPLATES = ("meeting", "interview", "lecture", "one-to-one")
@@ -144,12 +144,7 @@ class NotesPanel(QWidget):
             seconds = float(url.path())
         except ValueError:
             return
-        segments = self.view.transcript.segments
-        rows = [i for i, s in enumerate(segments) if s.start <= seconds <= s.end]
-        if rows:
-            select_rows(self.view.table, rows[:1])
-            self.view.table.scrollTo(self.view.model.index(rows[0], 0))
-        self.view.player_bar.seek(seconds)
+        self.view.go_to(seconds)
 
     # --- writing ---------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ from PySide6.QtWidgets import (
 from .. import settings
 from ..service.playback import SKIP_SECONDS, Playback, PlaybackState
 from ..transcript import SubtitleRules, Transcript, export, render
-from .export_dialog import ask_export
+from .ask_dialog import AskDialog
+from .export_dialog import TranslateRunner, ask_export, copy_translation
 from .find_bar import FindBar
 from .notes_panel import NotesPanel
 from .player_bar import PlayerBar
@@ -41,7 +42,7 @@ from .segment_delegate import TextDelegate
 from .segments_model import SPEAKER, TEXT, TIME, SegmentsModel, SegmentsTable
 from .speakers_panel import SpeakersPanel
 from .transcript_editing import TranscriptEditing
-from .widgets import Banner, clock, heading, muted
+from .widgets import Banner, clock, heading, muted, select_rows
 from .workers import run_in_worker
 
 
@@ -72,6 +73,7 @@ class TranscriptView(QWidget):
         self._save_job = None
         self._heard_row: int | None = None
         self._notice = ""  # the playback notice shown, if any
+        self._translation = None  # the TranslateRunner at work, if any
 
         self.title = heading("Transcript")
         self.meta = muted(wrap=False)
@@ -120,11 +122,14 @@ class TranscriptView(QWidget):
         self.find_button = QPushButton("Find…")
         self.find_button.setToolTip("Find and replace (Ctrl+F, Ctrl+H)")
         self.find_button.clicked.connect(self.show_find)
+        self.ask_button = QPushButton("Ask…")
+        self.ask_button.setToolTip("Ask the language model a question about this recording")
+        self.ask_button.clicked.connect(self.ask_dialog)
         top = QHBoxLayout()
         top.addWidget(self.undo_button)
         top.addWidget(self.redo_button)
         top.addStretch(1)
-        for b in (self.find_button, self.copy_button, self.export_button):
+        for b in (self.find_button, self.ask_button, self.copy_button, self.export_button):
             top.addWidget(b)
 
         split = QSplitter()
@@ -385,25 +390,92 @@ class TranscriptView(QWidget):
         start = Path(self.item.source).with_suffix(".txt")
         if self.item.kind == "live":
             start = Path.home() / f"{self.item.title}.txt"
-        choice = ask_export(self, start)
-        if choice is not None:
-            self.export_to(choice.path, choice.fmt, choice.rules)
+        choice = ask_export(self, start, self.transcript)
+        if choice is None:
+            return
+        if choice.translate:
+            self.translate_then_export(choice)
+        else:
+            self.export_to(choice.path, choice.fmt, choice.rules, choice.language)
+
+    def translate_then_export(self, choice) -> None:
+        """Translate into ``choice.language`` (a progress dialog with Cancel), keep the track
+        with the transcript (saved as an edit is), then export in that language."""
+        item_id = self.item_id
+        runner = self._translation = TranslateRunner(self.snapshot(), choice.language, self)
+
+        def finish() -> None:
+            self._translation = None
+            runner.deleteLater()
+
+        def done(translated, missing: int) -> None:
+            finish()
+            if self.item_id != item_id:
+                self.banner.show_message(
+                    "The translation was not kept: another recording was opened.", "warning"
+                )
+                return
+            given = copy_translation(self.transcript, translated, runner.key)
+            self._changed()
+            note = f"; {missing} lines keep their original text" if missing else ""
+            self.ctx.status_message.emit(f"Translated {given} lines into {runner.name}{note}")
+            self.export_to(choice.path, choice.fmt, choice.rules, runner.key)
+
+        def failed(message: str) -> None:
+            finish()
+            self.banner.show_message(f"Not translated: {message}", "error")
+
+        def cancelled() -> None:
+            finish()
+            self.ctx.status_message.emit("Translation cancelled: nothing was changed")
+
+        runner.done.connect(done)
+        runner.failed.connect(failed)
+        runner.cancelled.connect(cancelled)
+        runner.start()
 
     def export_to(
-        self, path: Path, fmt: str | None = None, rules: SubtitleRules | None = None
+        self,
+        path: Path,
+        fmt: str | None = None,
+        rules: SubtitleRules | None = None,
+        language: str | None = None,
     ) -> None:
         """Write the transcript as shown (edits and names included) on a worker thread; SRT
-        and VTT by ``rules`` (default: the Settings' subtitle rules)."""
+        and VTT by ``rules`` (default: the Settings' subtitle rules); ``language``: in that
+        translation (JSON keeps every language as it is)."""
         fmt = fmt or path.suffix.lstrip(".").lower() or "txt"
         if not path.suffix:
             path = path.with_suffix(f".{fmt}")
         rules = rules or settings.subtitle_rules()
+        shown = self.snapshot()
+        if language and fmt != "json":
+            shown = shown.translated(language)
         run_in_worker(
-            functools.partial(export, snapshot(self.transcript), path, fmt, overwrite=True,
-                              subtitles=rules),
+            functools.partial(export, shown, path, fmt, overwrite=True, subtitles=rules),
             on_done=self._exported, name="export",
             on_error=lambda e: self.banner.show_message(f"Export failed: {e}", "error"),
         )  # fmt: skip
+
+    def ask_dialog(self) -> None:
+        """Ask the language model about this recording; a cited line is shown and heard."""
+        if self.item is None:
+            return
+        dialog = AskDialog(self.ctx, self, sources=[(self.item_id, self.item.title,
+                                                     self.snapshot())])  # fmt: skip
+        here = self.item_id
+        dialog.open_at.connect(lambda i, s: self.go_to(s) if i == here else None)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        self.ask_window = dialog  # the one open (tests reach it here)
+
+    def go_to(self, seconds: float) -> None:
+        """Select the line at ``seconds``, show it, and move the player there."""
+        rows = [i for i, s in enumerate(self.transcript.segments) if s.start <= seconds <= s.end]
+        if rows:
+            select_rows(self.table, rows[:1])
+            self.table.scrollTo(self.model.index(rows[0], 0))
+        self.player_bar.seek(seconds)
 
     def _exported(self, path: Path) -> None:
         self.ctx.status_message.emit(f"Exported {path}")

@@ -11,15 +11,19 @@ huggingface-hub (docs/architecture.md "Notes").
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
 from ..errors import Cancelled
 from .endpoint import Endpoint, LLMError
 
 INSTALL_HINT = 'pip install "deskscribe[notes]"'
+IDLE_WAIT_S = 15.0  # how long a stop in the background waits for a reply to end
 
 
 class EmbeddedLLM:
@@ -40,6 +44,7 @@ class EmbeddedLLM:
         self.gpu_layers = gpu_layers
         self.label = label or f"{self.gguf.stem} (built in)"
         self._server = None
+        self._key = ""
         self._lock = threading.Lock()
 
     def start(self) -> Endpoint:
@@ -55,7 +60,7 @@ class EmbeddedLLM:
                 raise LLMError(
                     f"the built-in notes model needs llama.cpp's binding: {INSTALL_HINT}"
                 ) from err
-            key = secrets.token_urlsafe(24)
+            key = self._key = secrets.token_urlsafe(24)
             p = xllamacpp.CommonParams()
             p.model.path = str(self.gguf)
             p.n_ctx = self.context
@@ -82,12 +87,22 @@ class EmbeddedLLM:
 
     def stop(self, wait: bool = True) -> None:
         """Stop the server (the binding stops it when the object goes, which takes about a
-        second); ``wait=False`` lets that happen on a thread of its own."""
+        second); ``wait=False`` lets that happen on a thread of its own, once the server has
+        stopped writing a reply. The binding's destructor holds the GIL while it joins the
+        server's threads: dropped while a cancelled reply is still being written (before
+        llama.cpp has seen the client go, which needs the GIL too), it froze every thread,
+        the UI's included, until the reply's last token (3 to 6 s measured)."""
         with self._lock:
             holder = [self._server] if self._server is not None else []
             self._server = None
         if holder and not wait:  # the thread holds the last reference, and drops it
-            threading.Thread(target=holder.clear, name="llm-stop", daemon=True).start()
+            base, key = str(holder[0].listening_address).rstrip("/"), self._key
+
+            def drop() -> None:
+                _wait_idle(base, key, IDLE_WAIT_S)
+                holder.clear()
+
+            threading.Thread(target=drop, name="llm-stop", daemon=True).start()
         else:
             holder.clear()
 
@@ -97,3 +112,19 @@ class EmbeddedLLM:
     def __exit__(self, exc_type, exc, tb) -> None:
         # After a cancel the user is waiting: the server goes in the background.
         self.stop(wait=not (exc_type is not None and issubclass(exc_type, Cancelled)))
+
+
+def _wait_idle(base: str, key: str, timeout: float) -> None:
+    """Until the llama.cpp server at ``base`` writes no reply (its ``/slots``), at most
+    ``timeout`` seconds; waiting on a socket, so other threads run meanwhile."""
+    deadline = time.monotonic() + timeout
+    ask = urllib.request.Request(f"{base}/slots", headers={"Authorization": f"Bearer {key}"})
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(ask, timeout=2) as reply:
+                if not any(slot.get("is_processing") for slot in json.load(reply)):
+                    return
+        except (OSError, ValueError, AttributeError, TypeError):
+            time.sleep(1.0)  # no /slots on this build: a second for the reply to stop
+            return
+        time.sleep(0.1)

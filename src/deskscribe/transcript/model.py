@@ -198,7 +198,7 @@ class Transcript:
         ]  # fmt: skip
         return Transcript(segments, language=language, duration=self.duration,
                           source=self.source, model=self.model, speakers=dict(self.speakers),
-                          turns=list(self.turns))  # fmt: skip
+                          turns=list(self.turns), notes=self.notes)  # fmt: skip
 
     # --- speakers ----------------------------------------------------------------------------
 
