@@ -96,12 +96,20 @@ def _parser() -> argparse.ArgumentParser:
         help="the repo (or .onnx file) is a WeSpeaker speaker-embedding model "
         "(implied for speaker catalog names such as `wespeaker`)",
     )
+    d.add_argument(
+        "--llm",
+        action="store_true",
+        help="the repo (REPO or REPO:QUANT, Q4_K_M by default) or .gguf file is a language "
+        "model for notes (implied for its catalog names such as `qwen3-4b-instruct`)",
+    )
     r = msub.add_parser("remove", help="delete an installed model")
     r.add_argument("name")
     r.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     v = msub.add_parser("verify", help="check an installed model's files against their checksums")
     v.add_argument("name")
-    msub.add_parser("recommend", help="the model and variant that suit this computer, and why")
+    msub.add_parser(
+        "recommend", help="the models (Whisper, and notes) that suit this computer, and why"
+    )
     cli_live.add_parsers(sub)
     cli_profiles.add_parsers(sub)
     cli_notes.add_parsers(sub)
@@ -232,7 +240,15 @@ def _models(args: argparse.Namespace) -> int:
                 if answer.strip().lower() not in ("y", "yes"):
                     print("kept")
                     return EXIT_OK
-            print(f"removed {remove_model(args.name)}")
+            from .llm.store import default_llm
+
+            llm = None if (store_dir() / args.name).is_dir() else default_llm(name=args.name)
+            if llm is not None and llm.stem == args.name.removesuffix(".gguf"):
+                from .llm.store import remove_llm
+
+                print(f"removed {remove_llm(args.name)}")
+            else:
+                print(f"removed {remove_model(args.name)}")
         elif args.models_command == "verify":
             problems = verify_model(resolve_model(args.name))
             for problem in problems:
@@ -246,6 +262,10 @@ def _models(args: argparse.Namespace) -> int:
 
             rec = recommend(detect())
             print(f"{rec.model} ({rec.variant}, {rec.device}): {rec.reason}")
+            from .llm.hardware import memory, recommend_llm
+
+            notes = recommend_llm(memory())
+            print(f"notes: {notes.id}: {notes.reason}")
         elif args.models_command == "list" and args.available:
             from .models.catalog import CATALOG
 
@@ -258,12 +278,21 @@ def _models(args: argparse.Namespace) -> int:
 
             for s in SPEAKER_CATALOG:
                 print(f"{s.id:26} {s.size_mb / 1000:5.2f} GB  {'speakers':13} {s.good_for}")
+            from .llm.catalog import LLM_CATALOG, STARTER_GOOD_FOR, STARTER_ID
+
+            for e in LLM_CATALOG:
+                print(
+                    f"{e.id:26} {e.size_mb / 1000:5.2f} GB  {'notes':13} {e.good_for}  "
+                    f"[{e.memory_gb:.1f} GB of memory; {e.licence}]"
+                )
+            print(f"{STARTER_ID:26} {0.1:5.2f} GB  {'notes':13} {STARTER_GOOD_FOR}")
         elif args.models_command == "list":
+            from .llm.store import installed_llms
             from .models.store import list_speaker_models
 
             models = list_models()
             speakers = list_speaker_models()
-            if not models and not speakers:
+            if not models and not speakers and not installed_llms():
                 print(f"no models installed in {store_dir()}")
             for mdl in models:
                 kind = "multilingual" if mdl.multilingual else "English-only"
@@ -273,6 +302,9 @@ def _models(args: argparse.Namespace) -> int:
             for spk in speakers:
                 kind = f"speakers/{spk.kind}"
                 print(f"{spk.name:32} {'':5} {kind:21} {spk.size_bytes / 1e6:8.1f} MB  {spk.path}")
+            for gguf in installed_llms():
+                size = gguf.stat().st_size / 1e6
+                print(f"{gguf.stem:32} {'':5} {'notes':21} {size:8.1f} MB  {gguf}")
         elif args.models_command == "path":
             print(resolve_model(args.name) if args.name else store_dir())
     except (
@@ -320,14 +352,20 @@ def _config(args: argparse.Namespace) -> int:
 def _download(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .llm.catalog import find_llm_entry, split_source
     from .models.catalog import find_speaker_entry
     from .models.download import DownloadError
     from .models.hardware import detect, recommend
     from .models.install import install_model, install_speaker_model
 
-    speaker = args.speaker or find_speaker_entry(args.source) is not None
+    llm = (
+        args.llm
+        or find_llm_entry(split_source(args.source)[0]) is not None
+        or args.source.lower().endswith(".gguf")
+    )
+    speaker = not llm and (args.speaker or find_speaker_entry(args.source) is not None)
     variant = args.variant
-    if variant == "auto" and not speaker:
+    if variant == "auto" and not speaker and not llm:
         variant = "int8" if recommend(detect()).device == "cpu" else "fp16"
     bar: tqdm | None = None
     stage_now = ""
@@ -346,7 +384,21 @@ def _download(args: argparse.Namespace) -> int:
         bar.update(done * scale - bar.n)
 
     try:
-        if speaker:  # one ONNX file, checked and placed as is: the variant does not apply
+        if llm:  # one GGUF file, checked and placed as is
+            from .llm.store import NotAGGUFError, install_llm
+
+            try:
+                path = install_llm(
+                    args.source,
+                    endpoint=args.endpoint,
+                    overwrite=args.overwrite,
+                    keep_download=args.keep_download,
+                    progress=progress,
+                )
+            except NotAGGUFError as err:
+                _err(str(err))
+                return EXIT_USAGE
+        elif speaker:  # one ONNX file, checked and placed as is: the variant does not apply
             path = install_speaker_model(
                 args.source,
                 name=args.name,

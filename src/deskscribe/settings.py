@@ -65,6 +65,8 @@ KNOWN = {
     "notes_model": "the model to ask on that server, e.g. llama3.2:3b",
     "notes_key": "that server's API key, if it needs one (a secret: kept in this file, "
     "readable by you only)",
+    "notes_gguf": "the built-in notes model when no server is set: a file name in the model "
+    "store's llm folder (default: the largest installed)",
 }
 # Settings that are numbers: the subtitle rule each one sets (its limits in
 # ``transcript.subtitles.LIMITS``).
@@ -132,6 +134,7 @@ class Settings:
     notes_url: str | None = None
     notes_model: str | None = None
     notes_key: str | None = None  # a secret (SECRETS)
+    notes_gguf: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
