@@ -65,7 +65,7 @@ class Choice:
 
 def chosen() -> Choice:
     """From the settings ``notes_url``/``notes_model``/``notes_key``; else the built-in model
-    (the largest installed in the store). LLMError when neither is there."""
+    (``notes_gguf``, or the largest installed in the store). LLMError when neither is there."""
     from urllib.parse import urlsplit
 
     from .. import settings
@@ -84,7 +84,7 @@ def chosen() -> Choice:
                                         " (on this computer)")  # fmt: skip
         key = settings.get("notes_key") or ""
         return Choice(Endpoint(url, model, api_key=key, label=url), None, label, remote)
-    gguf = default_llm()
+    gguf = default_llm(name=settings.get("notes_gguf"))
     if gguf is None:
         raise LLMError(
             "no language model for notes is installed: install the offline one with "
