@@ -17,7 +17,7 @@ import pytest
 from conftest import run_cli
 from deskscribe.fsutil import sha256_file
 from deskscribe.llm.catalog import LLM_CATALOG, STARTER_ID, find_llm_entry, gguf_file
-from deskscribe.llm.hardware import Memory, memory, recommend_llm
+from deskscribe.llm.hardware import Memory, memory, recommend_llm, unused_gpu_hint
 from deskscribe.llm.store import NotAGGUFError, install_llm, installed_llms, llm_source
 from deskscribe.models.download import DownloadCancelled
 from hub_server import HubServer, load_repo
@@ -194,6 +194,11 @@ def test_the_recommendation_follows_free_memory_and_gpu() -> None:
     assert tiny.id == STARTER_ID and tiny.entry is None and "poor" in tiny.reason
     gpu = recommend_llm(Memory(4.0, (("RTX 4060", 7.5),), True))
     assert gpu.id == "qwen2.5-7b-instruct" and "RTX 4060" in gpu.reason
+    # A GPU that Whisper uses but this llama.cpp build cannot: say how to get one that can.
+    hint = unused_gpu_hint(Memory(8.0, (), True), "RTX 4060")
+    assert "RTX 4060" in hint and "--index-url" in hint and "cu128" in hint
+    assert unused_gpu_hint(Memory(8.0, (("RTX 4060", 7.5),), True), "RTX 4060") == ""
+    assert unused_gpu_hint(Memory(8.0, (), True), None) == ""
     # This computer, as llama.cpp sees it: free memory known, and a recommendation for it.
     here = memory()
     assert here.binding and here.free_ram_gb and here.free_ram_gb > 0.5

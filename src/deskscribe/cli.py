@@ -262,10 +262,15 @@ def _models(args: argparse.Namespace) -> int:
 
             rec = recommend(detect())
             print(f"{rec.model} ({rec.variant}, {rec.device}): {rec.reason}")
-            from .llm.hardware import memory, recommend_llm
+            from .llm.hardware import memory, recommend_llm, unused_gpu_hint
 
-            notes = recommend_llm(memory())
+            here = memory()
+            notes = recommend_llm(here)
             print(f"notes: {notes.id}: {notes.reason}")
+            hw = detect()
+            gpu = hw.gpu_name or ("a GPU" if rec.device in ("cuda", "directml") else None)
+            if hint := unused_gpu_hint(here, gpu):
+                print(f"notes: {hint}")
         elif args.models_command == "list" and args.available:
             from .models.catalog import CATALOG
 

@@ -103,3 +103,24 @@ def recommend_llm(mem: Memory) -> LLMRecommendation:
         "are poor; close other programs and choose a catalog model, or use Ollama or LM Studio "
         "on another computer.",
     )
+
+
+GPU_WHEELS = "https://xorbitsai.github.io/xllamacpp/whl"
+
+
+def unused_gpu_hint(mem: Memory, gpu_name: str | None) -> str:
+    """One sentence when this computer has a GPU (``gpu_name``, as ONNX Runtime found it for
+    Whisper) that the installed llama.cpp build cannot use; else ""."""
+    if not gpu_name or mem.gpus or not mem.binding:
+        return ""
+    import sys
+
+    if getattr(sys, "frozen", False):
+        return (
+            f"Your {gpu_name} is not used for notes: this notes add-on is a CPU build of llama.cpp."
+        )
+    return (
+        f"Your {gpu_name} is not used for notes: the installed llama.cpp is a CPU build; for "
+        f"an NVIDIA GPU: pip install xllamacpp --force-reinstall --index-url {GPU_WHEELS}/cu128 "
+        f"(or {GPU_WHEELS}/vulkan for any GPU with a Vulkan driver)"
+    )
