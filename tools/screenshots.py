@@ -182,8 +182,8 @@ def shoot(out: Path, tmp: Path, pulse, size: tuple[int, ...] | None = None) -> i
     s.save(window, "queue")
     s.pump(300, lambda: window.files_panel.finished)
 
-    # 4. The call in the transcript view, paused on a word; 5. the library; 6. models;
-    # 7. settings.
+    # 4. The call in the transcript view, paused on a word; 5. the library; 6. models (and
+    # the notes models); 7. settings (and the notes model).
     done = [r for r in rows if r.status == "done"]
     view = window.transcript_view
     window.ctx.open_transcript.emit(done[0].item_id)
@@ -208,10 +208,18 @@ def shoot(out: Path, tmp: Path, pulse, size: tuple[int, ...] | None = None) -> i
     window.go("Models")
     s.pump(10, lambda: window.models_panel.table.rowCount() > 0)
     s.save(window, "models")
+    models = window.models_panel
+    models.tabs.setCurrentWidget(models.notes)  # the notes models, the offline one installed
+    s.pump(10, lambda: models.notes.scan is not None)
+    s.save(window, "models-notes")
+    models.tabs.setCurrentIndex(0)
     settings = SettingsDialog(ctx, window)
     settings.show()
     s.pump(3)
     s.save(settings, "settings")
+    settings.tabs.setCurrentWidget(settings.notes_page)
+    s.pump(3, lambda: settings.notes_gguf.count() > 1)
+    s.save(settings, "settings-notes")
     settings.close()
 
     # 8. The recovery prompt, as after a crash mid-session, with an unfinished file.

