@@ -125,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--llm-server"]:  # the built-in notes model's child process (llm/embedded.py)
+        from .llm.embedded import serve_child
+
+        return serve_child()
     if not argv or _opened_files(argv):
         # `deskscribe` alone opens the desktop app; `deskscribe FILE...` (the file manager's
         # "Open with DeskScribe") opens it with the files in its queue.
