@@ -1,5 +1,6 @@
 """Shared by the Files, transcript view and library page tests: real media files, an isolated
-user (data folder, settings, model store with the test models) and the app's window."""
+user (data folder, settings, model store with the test models) and the app's window; the real
+phone call open in the transcript view, the language model in the store, made transcripts."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
-from conftest import espeak, load
+from conftest import EVAL, espeak, load
 from deskscribe.gui.app import MainWindow
 from deskscribe.gui.context import AppContext
 from deskscribe.gui.files_panel import FilesPanel
 from deskscribe.gui.queue_model import STATUS
 from deskscribe.gui.workers import cancel_all
+from deskscribe.llm.store import STARTER_FILE
+from deskscribe.transcript import Segment, Transcript
 from media import pick_encoder, write_media
 
 FOX = "The quick brown fox jumps over the lazy dog."
@@ -97,6 +100,31 @@ def window(qtbot, ctx):
     files.shutdown()  # the engine process of this test's window
 
 
+@pytest.fixture
+def model_store(ctx: AppContext, llm_gguf: Path) -> Path:
+    """The language model starter in the ctx fixture's store, where the app looks for it."""
+    folder = Path(os.environ["DESKSCRIBE_MODELS_DIR"]) / "llm"
+    folder.mkdir(exist_ok=True)
+    (folder / STARTER_FILE).symlink_to(llm_gguf)
+    return folder / STARTER_FILE
+
+
+@pytest.fixture
+def opened(qtbot, window, ctx: AppContext, call_transcript: Transcript):
+    """The main window with the real phone call open in the transcript view, as if transcribed
+    here (``call_transcript``: conftest's, or the one the test module defines); the window
+    active. (window, transcript view, item id)"""
+    win, _files, view, _library = window
+    item_id = ctx.library.add_file(EVAL / "two-speakers.wav", {"model": "tiny.en"})
+    ctx.library.save_transcript(item_id, call_transcript)
+    ctx.library.update(item_id, status="done", duration=30.0)
+    with qtbot.waitSignal(view.loaded, timeout=20_000):
+        win.show_transcript(item_id)
+    win.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is win, timeout=5_000)
+    return win, view, item_id
+
+
 def drop(target, paths: list[Path]) -> None:
     """Drag files from a file manager and drop them onto ``target`` (what Qt delivers)."""
     mime = QMimeData()
@@ -135,3 +163,14 @@ def with_speakers(ctx: AppContext, speaker_model: Path) -> Path:
     link = Path(os.environ["DESKSCRIBE_MODELS_DIR"]) / "speaker-resemblyzer"
     link.symlink_to(speaker_model, target_is_directory=True)
     return link
+
+
+# --------------------------------------------------------------------------- transcripts
+
+
+def made(lines: list[str], speakers: tuple[str, ...] = ("Anna", "Ben")) -> Transcript:
+    """A transcript of ``lines``, 7 s apart, spoken in turn by ``speakers``."""
+    segs = [Segment(start=7.0 * i + 1.5, end=7.0 * i + 6.0, text=" " + t, id=i,
+                    speaker=f"S{i % len(speakers) + 1}") for i, t in enumerate(lines)]  # fmt: skip
+    return Transcript(segs, language="en",
+                      speakers={f"S{k + 1}": n for k, n in enumerate(speakers)})  # fmt: skip

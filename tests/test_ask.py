@@ -28,7 +28,10 @@ from deskscribe.llm.ask import (
 )
 from deskscribe.llm.endpoint import LLMCancelled, LLMError
 from deskscribe.service.ask import ask_library, ask_sources, library_sources
-from deskscribe.transcript import Segment, Transcript
+from deskscribe.transcript import Transcript
+
+pytest.register_assert_rewrite("files_support")  # shared with the app tests, which rewrite it
+from files_support import made  # noqa: E402
 
 BUDGET = [
     "Welcome everyone, let's go over the quarterly budget.",
@@ -44,13 +47,6 @@ HIKING = [
     "At the lake we saw mountain goats and a black bear.",
     "The next day we walked down in the rain.",
 ]
-
-
-def made(lines: list[str], speakers: tuple[str, ...] = ("Anna", "Ben")) -> Transcript:
-    segs = [Segment(start=7.0 * i + 1.5, end=7.0 * i + 6.0, text=" " + t, id=i,
-                    speaker=f"S{i % len(speakers) + 1}") for i, t in enumerate(lines)]  # fmt: skip
-    return Transcript(segs, language="en",
-                      speakers={f"S{k + 1}": n for k, n in enumerate(speakers)})  # fmt: skip
 
 
 def free_port() -> int:

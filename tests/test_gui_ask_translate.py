@@ -12,14 +12,13 @@ from __future__ import annotations
 import copy
 import os
 import time
-from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest
 
 pytest.register_assert_rewrite("files_support")
-pytest_plugins = ["files_support"]  # fixtures: ctx, window
+pytest_plugins = ["files_support"]  # fixtures: ctx, window, model_store
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialog, QPushButton, QWidget  # noqa: E402
@@ -31,9 +30,8 @@ from deskscribe.gui.export_dialog import (  # noqa: E402
     copy_translation,
 )
 from deskscribe.llm.ask import Answer, Citation  # noqa: E402
-from deskscribe.llm.store import STARTER_FILE  # noqa: E402
 from deskscribe.service.translate import untranslated  # noqa: E402
-from deskscribe.transcript import Segment, Transcript  # noqa: E402
+from files_support import made  # noqa: E402
 
 LEFT = Qt.MouseButton.LeftButton
 BUDGET = [
@@ -55,20 +53,6 @@ BAKING = [
     "The dough rests overnight in the fridge.",
     "Bake it for forty minutes in a hot oven.",
 ]
-
-
-def made(lines: list[str]) -> Transcript:
-    segs = [Segment(start=7.0 * i + 1.5, end=7.0 * i + 6.0, text=" " + t, id=i,
-                    speaker=f"S{i % 2 + 1}") for i, t in enumerate(lines)]  # fmt: skip
-    return Transcript(segs, language="en", speakers={"S1": "Anna", "S2": "Ben"})
-
-
-@pytest.fixture
-def model_store(ctx, llm_gguf) -> None:
-    """The starter model in the ctx fixture's store, where the app looks for its model."""
-    store = Path(os.environ["DESKSCRIBE_MODELS_DIR"])
-    (store / "llm").mkdir(exist_ok=True)
-    (store / "llm" / STARTER_FILE).symlink_to(llm_gguf)
 
 
 @pytest.fixture

@@ -8,38 +8,25 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest
 
 pytest.register_assert_rewrite("files_support")
-pytest_plugins = ["files_support"]  # fixtures: ctx, window
+pytest_plugins = ["files_support"]  # fixtures: ctx, window, model_store, opened
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QGuiApplication, QTextCursor  # noqa: E402
 
-from conftest import EVAL  # noqa: E402
-from deskscribe.llm.store import STARTER_FILE  # noqa: E402
-
-CALL = EVAL / "two-speakers.wav"
 LEFT = Qt.MouseButton.LeftButton
 
 
 @pytest.fixture
-def opened(qtbot, window, ctx, call_transcript, llm_gguf):
+def notes_tab(model_store, opened):
     """The call open in the transcript view, its Notes tab shown, the starter model in the
-    store (where the app looks for the built-in notes model)."""
-    store = Path(os.environ["DESKSCRIBE_MODELS_DIR"])  # the ctx fixture's store
-    (store / "llm").mkdir(exist_ok=True)
-    (store / "llm" / STARTER_FILE).symlink_to(llm_gguf)
-    win, _files, view, _library = window
-    item_id = ctx.library.add_file(CALL, {"model": "tiny.en"})
-    ctx.library.save_transcript(item_id, call_transcript)
-    ctx.library.update(item_id, status="done", duration=30.0)
-    with qtbot.waitSignal(view.loaded, timeout=20_000):
-        win.show_transcript(item_id)
+    store (where the app looks for the built-in notes model). (view, item id)"""
+    _win, view, item_id = opened
     view.tabs.setCurrentWidget(view.notes_panel)
     return view, item_id
 
@@ -61,8 +48,8 @@ def _anchor(browser, prefix: str):
     return None, None
 
 
-def test_notes_tab_streams_saves_and_a_time_seeks_the_player(qtbot, opened, ctx):
-    view, item_id = opened
+def test_notes_tab_streams_saves_and_a_time_seeks_the_player(qtbot, notes_tab, ctx):
+    view, item_id = notes_tab
     panel = view.notes_panel
     assert panel.write_button.text() == "Write notes" and not panel.copy_button.isEnabled()
     seen_streaming = []
@@ -113,8 +100,8 @@ def test_notes_tab_streams_saves_and_a_time_seeks_the_player(qtbot, opened, ctx)
     assert "We agreed to call back on Friday." in QGuiApplication.clipboard().text()
 
 
-def test_cancel_stops_the_model_and_keeps_the_notes_there_were(qtbot, opened, ctx):
-    view, item_id = opened
+def test_cancel_stops_the_model_and_keeps_the_notes_there_were(qtbot, notes_tab, ctx):
+    view, item_id = notes_tab
     panel = view.notes_panel
     before = {"summary": "Kept.", "key_points": [], "decisions": [], "action_items": [],
               "chapters": [], "model": "earlier"}  # fmt: skip
@@ -135,10 +122,10 @@ def test_cancel_stops_the_model_and_keeps_the_notes_there_were(qtbot, opened, ct
     assert "Kept." in panel.browser.toPlainText() and panel.write_button.isEnabled()
 
 
-def test_ask_about_this_recording_and_export_a_translation(qtbot, opened, ctx, tmp_path):
+def test_ask_about_this_recording_and_export_a_translation(qtbot, notes_tab, ctx, tmp_path):
     """The view's Ask… asks about the recording shown; an export in a language the
     transcript has a translation in is written in it, at the original times."""
-    view, item_id = opened
+    view, item_id = notes_tab
     qtbot.mouseClick(view.ask_button, LEFT)
     dialog = view.ask_window
     assert dialog.isVisible()

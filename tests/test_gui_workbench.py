@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 pytest.register_assert_rewrite("files_support")
-pytest_plugins = ["files_support"]  # fixtures: ctx, window
+pytest_plugins = ["files_support"]  # fixtures: ctx, window, opened (the call open here)
 
 from docx import Document  # noqa: E402
 from PySide6.QtCore import QPoint, Qt, QTimer  # noqa: E402
@@ -72,20 +72,6 @@ def call_transcript(tiny_model) -> Transcript:
     t.turns = turns
     assert sum(len(s.words) for s in t.segments) > 50, t.text
     return t
-
-
-@pytest.fixture
-def opened(qtbot, window, ctx, call_transcript):
-    """The main window with the call open in the transcript view (as if transcribed here)."""
-    win, _files, view, _library = window
-    item_id = ctx.library.add_file(CALL, {"model": "tiny.en"})
-    ctx.library.save_transcript(item_id, call_transcript)
-    ctx.library.update(item_id, status="done", duration=30.0)
-    with qtbot.waitSignal(view.loaded, timeout=20_000):
-        win.show_transcript(item_id)
-    win.activateWindow()
-    qtbot.waitUntil(lambda: QApplication.activeWindow() is win, timeout=5_000)
-    return win, view, item_id
 
 
 def answer_dialog(act) -> None:
