@@ -17,7 +17,10 @@ pytest.register_assert_rewrite("files_support")
 pytest_plugins = ["files_support"]  # fixtures: ctx, window, model_store, opened
 
 from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QGuiApplication, QTextCursor  # noqa: E402
+from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument  # noqa: E402
+
+from deskscribe.gui.notes_panel import notes_view_markdown  # noqa: E402
+from deskscribe.transcript.export import notes_markdown  # noqa: E402
 
 LEFT = Qt.MouseButton.LeftButton
 
@@ -151,3 +154,36 @@ def test_ask_about_this_recording_and_export_a_translation(qtbot, notes_tab, ctx
     start = segments[0].start
     stamp = f"{int(start // 3600):02d}:{int(start % 3600 // 60):02d}:{int(start % 60):02d},"
     assert stamp in text
+
+
+def test_what_the_model_wrote_is_shown_as_text_not_as_markdown(qapp):
+    """The tab and the Markdown export escape alike: a '#' that starts the summary or a point
+    opens no heading, marks are no emphasis, a '#' inside a line is left as written."""
+    point = "#1 cut ~travel~ by *10%*, item #2 | `x` [y]"
+    notes = {"summary": "# Budget <b>approved</b>", "decisions": [point],
+             "cited": {"decisions": [[61.0]]}}  # fmt: skip
+    for markdown in (notes_view_markdown(notes), notes_markdown(notes)):
+        assert "item #2" in markdown  # not escaped where it means nothing
+        document = QTextDocument()
+        document.setMarkdown(markdown)
+        block, shown = document.begin(), []
+        while block.isValid():
+            shown.append((block.text(), block.blockFormat().headingLevel()))
+            block = block.next()
+        assert ("# Budget <b>approved</b>", 0) in shown, shown
+        assert any(text.startswith(point) and level == 0 for text, level in shown), shown
+        assert not any(f.fontStrikeOut() or f.fontItalic() or f.fontWeight() > 400
+                       for f in _formats(document, point)), markdown  # fmt: skip
+
+
+def _formats(document: QTextDocument, text: str) -> list:
+    """The character formats of the fragments of ``document`` inside the block ``text`` starts."""
+    block, found = document.begin(), []
+    while block.isValid():
+        if block.text().startswith(text):
+            it = block.begin()
+            while not it.atEnd():
+                found.append(it.fragment().charFormat())
+                it += 1
+        block = block.next()
+    return found

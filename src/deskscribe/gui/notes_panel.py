@@ -25,15 +25,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..transcript.export import format_clock, notes_credit, notes_markdown, notes_sections
+from ..transcript.export import (
+    format_clock,
+    md_escape,
+    notes_credit,
+    notes_markdown,
+    notes_sections,
+)
 from .widgets import muted
 from .workers import run_in_worker
 
 TEMPLATES = ("meeting", "interview", "lecture", "one-to-one")
-
-
-def _md(text: str) -> str:
-    return "".join("\\" + c if c in "\\`*_[]<>#|" else c for c in text)
 
 
 def notes_view_markdown(notes: dict) -> str:
@@ -42,16 +44,16 @@ def notes_view_markdown(notes: dict) -> str:
     if isinstance(edited, str) and edited.strip():
         return edited
     summary, sections = notes_sections(notes)
-    out = ["## Summary", "", _md(summary) or "_(no summary)_", ""]
+    out = ["## Summary", "", md_escape(summary) or "_(no summary)_", ""]
     for heading, lines in sections:
         if not lines:
             continue
         out += [f"## {heading}", ""]
         for text, times in lines:
             links = ", ".join(f"[{format_clock(t)}](seek:{t:.3f})" for t in times)
-            out.append(f"- {_md(text)}" + (f" ({links})" if links else ""))
+            out.append(f"- {md_escape(text)}" + (f" ({links})" if links else ""))
         out.append("")
-    out.append(f"_{_md(notes_credit(notes))}_")
+    out.append(f"_{md_escape(notes_credit(notes))}_")
     return "\n".join(out)
 
 

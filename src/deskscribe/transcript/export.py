@@ -47,6 +47,7 @@ _ALIASES = {"markdown": "md", "text": "txt", "webvtt": "vtt"}
 # Characters XML 1.0 (and so DOCX) cannot hold: C0 controls other than tab/newline/CR.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>~|])")
+_MD_HEADING = re.compile(r"^([ \t]*)#", re.MULTILINE)  # '#' opens a heading only at a line's start
 
 
 class ExportExistsError(DeskScribeError, FileExistsError):
@@ -180,8 +181,11 @@ def _render_vtt(transcript: Transcript, rules: SubtitleRules) -> str:
     return "\n".join(parts)
 
 
-def _md_escape(text: str) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", text)
+def md_escape(text: str) -> str:
+    """``text`` shown literally in Markdown (CommonMark, GitHub's, Qt's): inline marks are
+    escaped, and a '#' at the start of a line, where it would open a heading (the text may
+    start a line or a list item); a '#' inside a line is plain text and is left as it is."""
+    return _MD_HEADING.sub(r"\1\\#", _MD_SPECIAL.sub(r"\\\1", text))
 
 
 NotesLine = tuple[str, list[float]]  # a point's text, and the times of the lines it cites
@@ -242,23 +246,23 @@ def notes_markdown(notes: dict, level: int = 1) -> str:
     if isinstance(edited, str) and edited.strip():
         return f"{h} Notes\n\n{edited.strip()}\n"
     summary, sections = notes_sections(notes)
-    out = [f"{h} Notes", "", _md_escape(summary) or "_(no summary)_", ""]
+    out = [f"{h} Notes", "", md_escape(summary) or "_(no summary)_", ""]
     for heading, lines in sections:
         out += [f"{h}# {heading}", ""]
-        out += [f"- {_md_escape(_cited(x))}" for x in lines] or ["_none_"]
+        out += [f"- {md_escape(_cited(x))}" for x in lines] or ["_none_"]
         out.append("")
-    out += [f"_{_md_escape(notes_credit(notes))}_", ""]
+    out += [f"_{md_escape(notes_credit(notes))}_", ""]
     return "\n".join(out)
 
 
 def _render_md(transcript: Transcript) -> str:
-    out = [f"# {_md_escape(_title(transcript))}", ""]
+    out = [f"# {md_escape(_title(transcript))}", ""]
     if transcript.notes:
         out += [notes_markdown(transcript.notes, level=2), "## Transcript", ""]
     for seg in transcript.segments:
         label = _label(transcript, seg)
-        who = f" **{_md_escape(_one_line(label))}:**" if label else ""
-        line = f"[{format_clock(seg.start)}]{who} {_md_escape(_one_line(seg.text))}"
+        who = f" **{md_escape(_one_line(label))}:**" if label else ""
+        line = f"[{format_clock(seg.start)}]{who} {md_escape(_one_line(seg.text))}"
         out += [line.rstrip(), ""]
     return "\n".join(out)
 
