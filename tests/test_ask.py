@@ -28,6 +28,7 @@ from deskscribe.llm.ask import (
 )
 from deskscribe.llm.endpoint import LLMCancelled, LLMError
 from deskscribe.service.ask import ask_library, ask_sources, library_sources
+from deskscribe.service.language_model import LLMOptions
 from deskscribe.transcript import Transcript
 
 pytest.register_assert_rewrite("files_support")  # shared with the app tests, which rewrite it
@@ -120,11 +121,11 @@ def test_retrieval_shows_the_lines_that_match_with_their_neighbours() -> None:
 
 
 def test_a_question_too_long_or_empty_is_refused_before_any_model_starts(tmp_path) -> None:
-    t = made(HIKING)
+    t, nowhere = made(HIKING), LLMOptions(gguf=tmp_path / "none.gguf")
     with pytest.raises(LLMError, match=f"at most {MAX_QUESTION}"):
-        ask_sources([(None, "x", t)], "why " * 200, gguf=tmp_path / "none.gguf")
+        ask_sources([(None, "x", t)], "why " * 200, llm=nowhere)
     with pytest.raises(LLMError, match="question is empty"):
-        ask_sources([(None, "x", t)], "  \n ", gguf=tmp_path / "none.gguf")
+        ask_sources([(None, "x", t)], "  \n ", llm=nowhere)
     with pytest.raises(NothingToAsk, match="transcribe them first"):
         ask_transcripts([(None, "x", Transcript([]))], "why?", None)  # type: ignore[arg-type]
 
@@ -135,7 +136,7 @@ def test_across_the_library_the_hiking_trip_answers_about_the_animals(llm, libra
     assert lib.rank(" ".join(keywords(question)), 5)[0] == ids["Hiking trip"]
     sources = library_sources(lib, question)
     assert [s[0] for s in sources] == [ids["Hiking trip"]]  # the title-only match is skipped
-    answer = ask_library(lib, question, endpoint=llm, context=4096)
+    answer = ask_library(lib, question, llm=LLMOptions(llm, context=4096))
     print(answer.to_dict())
     assert answer.sources[0] == (ids["Hiking trip"], "Hiking trip")
     # SmolLM2-135M often cites nothing; such an answer must then be marked unsupported.

@@ -54,16 +54,14 @@ def ask(args: argparse.Namespace) -> int:
     except DeskScribeError as e:
         return _err(str(e))
     try:
-        endpoint, gguf = llm_from_args(args)
-        common = {"endpoint": endpoint, "gguf": gguf, "threads": args.threads,
-                  "context": args.context}  # fmt: skip
+        llm = llm_from_args(args)
         if args.library:
             from .library.db import Library
 
-            answer = ask_library(Library(), question, limit=args.limit, **common)
+            answer = ask_library(Library(), question, limit=args.limit, llm=llm)
         else:
             sources = [(None, path.name, load_input(path)) for path in args.inputs]
-            answer = ask_sources(sources, question, **common)
+            answer = ask_sources(sources, question, llm=llm)
     except UsageError as e:
         return _err(str(e))
     except (DeskScribeError, RuntimeError) as e:

@@ -56,8 +56,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def llm_from_args(args: argparse.Namespace):
-    """(endpoint or None, gguf or None) from the options; UsageError with a message."""
+    """The model the options name (a server, a GGUF file, or neither: the store's), and
+    ``--threads``/``--context``; UsageError with a message."""
     from .llm.endpoint import Endpoint, list_models
+    from .service.language_model import LLMOptions
+
+    more = {"threads": args.threads, "context": args.context}
 
     choice = args.llm or ""
     key = ""
@@ -78,10 +82,8 @@ def llm_from_args(args: argparse.Namespace):
                     + ("" if offered else ", or check the server runs")
                 )
             model = offered[0]
-        return Endpoint(base, model, api_key=key, label=base), None
-    if choice:
-        return None, Path(choice)
-    return None, None
+        return LLMOptions(Endpoint(base, model, api_key=key, label=base), **more)
+    return LLMOptions(gguf=Path(choice) if choice else None, **more)
 
 
 def load_input(path: Path) -> object:
@@ -136,11 +138,10 @@ def notes(args: argparse.Namespace) -> int:
     if args.output and len(formats) > 1:
         return _err("-o writes one file: give one --format, or --output-dir")
     try:
-        endpoint, gguf = llm_from_args(args)
+        llm = llm_from_args(args)
         transcript = load_input(args.input)
         result = make_notes(
-            transcript, endpoint=endpoint, gguf=gguf, template=args.template,
-            language=args.language, threads=args.threads, context=args.context,
+            transcript, llm=llm, template=args.template, language=args.language,
             progress=lambda d, t: print(f"notes: part {d} of {t}", file=sys.stderr),
         )  # fmt: skip
     except UsageError as e:

@@ -67,11 +67,9 @@ def translate(args: argparse.Namespace) -> int:
     if not args.quiet:
         progress = lambda d, t: print(f"translate: {d} of {t} lines", file=sys.stderr)  # noqa: E731
     try:
-        endpoint, gguf = llm_from_args(args)
+        llm = llm_from_args(args)
         transcript = load_input(args.input)
-        result = service.translate(transcript, args.to, endpoint=endpoint, gguf=gguf,
-                                   threads=args.threads, context=args.context,
-                                   progress=progress)  # fmt: skip
+        result = service.translate(transcript, args.to, llm=llm, progress=progress)
     except UsageError as e:
         return _err(str(e))
     except (LLMError, RuntimeError) as e:

@@ -244,7 +244,7 @@ def _ask(library, sources, question: str, progress, cancel):
     """On the worker: the answer to ``question`` (about ``sources``, or across ``library``
     when None) and the name of the model that gave it."""
     from ..service.ask import ask_library, ask_sources
-    from ..service.language_model import chosen
+    from ..service.language_model import LLMOptions, chosen
 
     choice = chosen()
     text: list[str] = []
@@ -254,7 +254,7 @@ def _ask(library, sources, question: str, progress, cancel):
         progress(choice.label, "".join(text)[-20_000:])
 
     progress(choice.label, "")
-    model = {"endpoint": choice.endpoint, "gguf": choice.gguf, "cancel": cancel,
+    model = {"llm": LLMOptions(choice.endpoint, choice.gguf), "cancel": cancel,
              "on_text": streamed}  # fmt: skip
     if sources is not None:
         answer = ask_sources(sources, question, **model)

@@ -446,7 +446,7 @@ class TranslateRunner(QObject):
 
 def _translate(transcript: Transcript, language: str, key: str, progress, cancel):
     """On the worker: (the translated copy, the lines left untranslated, the model's name)."""
-    from ..service.language_model import chosen
+    from ..service.language_model import LLMOptions, chosen
     from ..service.translate import translate, untranslated
 
     choice = chosen()
@@ -461,6 +461,6 @@ def _translate(transcript: Transcript, language: str, key: str, progress, cancel
         progress(choice.label, *state)
 
     progress(choice.label, *state)
-    out = translate(transcript, language, endpoint=choice.endpoint, gguf=choice.gguf,
+    out = translate(transcript, language, llm=LLMOptions(choice.endpoint, choice.gguf),
                     progress=lines, cancel=cancel, on_text=streamed)  # fmt: skip
     return out, len(untranslated(out, key)), choice.label

@@ -242,7 +242,7 @@ class NotesPanel(QWidget):
 
 def _write(transcript, template: str, progress, cancel):
     """On the worker: the notes of ``transcript`` and the name of the model that wrote them."""
-    from ..service.language_model import chosen
+    from ..service.language_model import LLMOptions, chosen
     from ..service.notes import make_notes
 
     choice = chosen()
@@ -258,7 +258,7 @@ def _write(transcript, template: str, progress, cancel):
         progress(choice.label, state[0], state[1], "".join(text)[-20_000:])
 
     progress(choice.label, 0, 0, "")
-    notes = make_notes(transcript, endpoint=choice.endpoint, gguf=choice.gguf,
+    notes = make_notes(transcript, llm=LLMOptions(choice.endpoint, choice.gguf),
                        template=template, progress=parts, on_text=streamed,
                        cancel=cancel)  # fmt: skip
     return notes.to_dict(transcript), choice.label

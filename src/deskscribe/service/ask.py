@@ -11,9 +11,8 @@ from pathlib import Path
 
 from ..library.db import Library, LibraryError
 from ..llm.ask import Answer, NothingToAsk, Source, ask_transcripts, check_question, keywords
-from ..llm.endpoint import Endpoint
 from ..transcript import Transcript
-from .language_model import language_model
+from .language_model import LLMOptions
 
 
 def ask_transcript(
@@ -22,17 +21,13 @@ def ask_transcript(
     *,
     title: str = "",
     item_id: int | None = None,
-    endpoint: Endpoint | None = None,
-    gguf: Path | None = None,
-    threads: int | None = None,
-    context: int | None = None,
+    llm: LLMOptions | None = None,
     cancel: threading.Event | None = None,
     on_text: Callable[[str], None] | None = None,
 ) -> Answer:
     """``question`` about one transcript, called ``title`` in the citations."""
     name = title or (Path(transcript.source).name if transcript.source else "transcript")
-    return ask_sources([(item_id, name, transcript)], question, endpoint=endpoint, gguf=gguf,
-                       threads=threads, context=context, cancel=cancel,
+    return ask_sources([(item_id, name, transcript)], question, llm=llm, cancel=cancel,
                        on_text=on_text)  # fmt: skip
 
 
@@ -65,34 +60,28 @@ def ask_library(
     question: str,
     *,
     limit: int = 5,
-    endpoint: Endpoint | None = None,
-    gguf: Path | None = None,
-    threads: int | None = None,
-    context: int | None = None,
+    llm: LLMOptions | None = None,
     cancel: threading.Event | None = None,
     on_text: Callable[[str], None] | None = None,
 ) -> Answer:
     """``question`` across the library: the best-matching transcripts, read together."""
     sources = library_sources(library, question, limit)
-    return ask_sources(sources, question, endpoint=endpoint, gguf=gguf, threads=threads,
-                       context=context, cancel=cancel, on_text=on_text)  # fmt: skip
+    return ask_sources(sources, question, llm=llm, cancel=cancel, on_text=on_text)
 
 
 def ask_sources(
     sources: list[Source],
     question: str,
     *,
-    endpoint: Endpoint | None = None,
-    gguf: Path | None = None,
-    threads: int | None = None,
-    context: int | None = None,
+    llm: LLMOptions | None = None,
     cancel: threading.Event | None = None,
     on_text: Callable[[str], None] | None = None,
 ) -> Answer:
-    """``question`` about ``sources`` ((item id or None, title, transcript) each)."""
+    """``question`` about ``sources`` ((item id or None, title, transcript) each), asked of
+    the model ``llm`` names (None: the store's)."""
     check_question(question)  # before a model is started for nothing
     if not sources:
         raise NothingToAsk("no transcript to ask about: give one, or ask across the library")
-    with language_model(endpoint, gguf, threads=threads, context=context) as model:
+    with (llm or LLMOptions()).open() as model:
         return ask_transcripts(sources, question, model.endpoint, context=model.context,
                                cancel=cancel, on_text=on_text)  # fmt: skip

@@ -92,3 +92,23 @@ def chosen() -> Choice:
             "Ollama or LM Studio server in Settings (notes_url, notes_model)"
         )
     return Choice(None, gguf, f"{gguf.stem}, built in (on this computer)", False)
+
+
+@dataclass(frozen=True)
+class LLMOptions:
+    """The language model a front end asks (notes, ask, translate), as ``language_model``
+    takes it: a server, else a GGUF file run by the built-in server, else the largest notes
+    model in the store; ``threads`` for the built-in server, ``context`` in tokens (None: the
+    defaults). ``LLMOptions()``: the store's model with the defaults."""
+
+    endpoint: Endpoint | None = None
+    gguf: Path | None = None
+    threads: int | None = None
+    context: int | None = None
+
+    @contextmanager
+    def open(self) -> Iterator[Model]:
+        """``with options.open() as model:`` ``language_model`` for these options."""
+        with language_model(self.endpoint, self.gguf, threads=self.threads,
+                            context=self.context) as model:  # fmt: skip
+            yield model

@@ -5,29 +5,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
-from ..llm.endpoint import Endpoint
 from ..llm.notes import Notes, write_notes
 from ..transcript import Transcript
-from .language_model import language_model
+from .language_model import LLMOptions
 
 
 def make_notes(
     transcript: Transcript,
     *,
-    endpoint: Endpoint | None = None,
-    gguf: Path | None = None,
+    llm: LLMOptions | None = None,
     template: str = "meeting",
     language: str | None = None,
-    threads: int | None = None,
-    context: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_text: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> Notes:
+    """The notes of ``transcript`` by the model ``llm`` names (None: the store's)."""
     lang = language or transcript.language or "the transcript's language"
-    with language_model(endpoint, gguf, threads=threads, context=context) as model:
+    with (llm or LLMOptions()).open() as model:
         return write_notes(transcript, model.endpoint, template=template, language=lang,
                            context=model.context, progress=progress, on_text=on_text,
                            cancel=cancel)  # fmt: skip

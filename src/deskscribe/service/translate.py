@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
-from ..llm.endpoint import Endpoint
 from ..llm.translate import language_key, translate_transcript, untranslated
 from ..transcript import Transcript
 from ..whisper.languages import LANGUAGES
-from .language_model import language_model
+from .language_model import LLMOptions
 
 __all__ = ["target", "translate", "untranslated"]
 
@@ -41,19 +39,17 @@ def translate(
     transcript: Transcript,
     language: str,
     *,
-    endpoint: Endpoint | None = None,
-    gguf: Path | None = None,
-    threads: int | None = None,
-    context: int | None = None,
+    llm: LLMOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
     cancel: threading.Event | None = None,
     on_text: Callable[[str], None] | None = None,
 ) -> Transcript:
     """A copy of ``transcript`` whose segments carry their translation into ``language``
     under ``target(language)[0]`` (``transcript`` is not changed); the segments left
-    without one: ``untranslated(result, key)``. ``progress(done, total)`` counts lines."""
+    without one: ``untranslated(result, key)``. ``progress(done, total)`` counts lines;
+    ``llm``: the model to ask (None: the store's)."""
     key, name = target(language)
-    with language_model(endpoint, gguf, threads=threads, context=context) as model:
+    with (llm or LLMOptions()).open() as model:
         return translate_transcript(transcript, key, model.endpoint, name=name,
                                     context=model.context, progress=progress, cancel=cancel,
                                     on_text=on_text)  # fmt: skip
