@@ -92,6 +92,9 @@ BROWSER_TESTS = (
     "test_dns_rebinding_and_cross_site_pages_cannot_drive_a_loopback_server",
     "tests/test_server_hostile.py::test_a_websocket_from_another_site_gets_no_session",
 )
+NOTES_CHECK_TESTS = (
+    "tests/test_notes.py::test_what_the_model_invents_is_taken_out_before_anyone_sees_it",
+)
 KEY_CHECK = "        if config.key_hashes and path not in PUBLIC and not preflight:"
 
 SABOTAGES: tuple[Sabotage, ...] = (
@@ -406,6 +409,44 @@ SABOTAGES: tuple[Sabotage, ...] = (
         (
             "tests/test_file_queue.py::test_files_wait_for_a_model_and_start_when_one_is_installed",
             "tests/test_file_queue.py::test_cancel_retry_and_remove_through_the_service_api",
+        ),
+    ),
+    Sabotage(
+        "notes-repeats-kept",
+        "a point the model says twice is listed twice (repeats no longer merged)",
+        "src/deskscribe/llm/notes.py",
+        '    once, with the citations of both."""\n',
+        '    once, with the citations of both."""\n    return\n',
+        NOTES_CHECK_TESTS,
+    ),
+    Sabotage(
+        "notes-uncited-as-fact",
+        "a point that cites no line of the transcript is shown as fact, not as unsupported",
+        "src/deskscribe/llm/notes.py",
+        "            if good:\n",
+        "            if True:\n",
+        NOTES_CHECK_TESTS,
+    ),
+    Sabotage(
+        "translation-outlives-edit",
+        "a line retyped keeps its translation (an export in that language shows the old words)",
+        "src/deskscribe/transcript/edits.py",
+        "    translations = dict(seg.translations) if same else {}",
+        "    translations = dict(seg.translations)",
+        (
+            "tests/test_translate.py::"
+            "test_an_edit_of_a_line_drops_its_translation_and_undo_brings_it_back",
+        ),
+    ),
+    Sabotage(
+        "llm-cancel-waits",
+        "a cancel waits for the model's next token instead of returning and closing the client",
+        "src/deskscribe/llm/endpoint.py",
+        '            threading.Thread(target=client.close, name="llm-close", daemon=True).start()\n',
+        "            finished.wait()  # the reader stops at the next token\n",
+        (
+            "tests/test_notes.py::"
+            "test_cancel_returns_at_once_while_the_server_stalls_before_the_next_token",
         ),
     ),
 )

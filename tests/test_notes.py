@@ -13,6 +13,7 @@ import secrets
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import docx
@@ -22,7 +23,7 @@ import pytest
 
 from conftest import EVAL, run_cli
 from deskscribe.llm.embedded import EmbeddedLLM
-from deskscribe.llm.endpoint import LLMCancelled, LLMError, chat_json, discover
+from deskscribe.llm.endpoint import Endpoint, LLMCancelled, LLMError, chat_json, discover
 from deskscribe.llm.notes import (
     SCHEMA,
     check,
@@ -231,6 +232,54 @@ def test_cancel_stops_the_model_between_tokens(endpoint, call) -> None:
         chat_json(endpoint, [{"role": "user", "content": "\n".join(numbered_lines(call))}],
                   SCHEMA, max_tokens=600, cancel=cancel, on_text=token)  # fmt: skip
     assert len(seen) <= 4 and time.monotonic() - set_at[0] < 1.0
+
+
+def test_cancel_returns_at_once_while_the_server_stalls_before_the_next_token() -> None:
+    """A server can take seconds over one token (a cold start, a long prompt): a cancel does
+    not wait for the next one. A stand-in OpenAI-compatible server streams one piece, then
+    sends nothing for 20 s."""
+    release = threading.Event()
+
+    class Stalling(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            piece = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": '{"summ'},
+                                  "finish_reason": None}]}  # fmt: skip
+            data = f"data: {json.dumps(piece)}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            release.wait(20)  # the next token, long in coming
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = Endpoint(f"http://127.0.0.1:{server.server_address[1]}/v1", "m")
+    cancel = threading.Event()
+    set_at: list[float] = []
+
+    def token(piece: str) -> None:
+        set_at.append(time.monotonic())
+        cancel.set()
+
+    try:
+        with pytest.raises(LLMCancelled):
+            chat_json(endpoint, [{"role": "user", "content": "notes"}], SCHEMA, cancel=cancel,
+                      on_text=token)  # fmt: skip
+        waited = time.monotonic() - set_at[0]
+        assert waited < 1.0, f"the cancel waited {waited:.1f} s for the next token"
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
 
 
 def _free_port() -> int:
