@@ -62,7 +62,7 @@ def test_passes_over_a_growing_track_find_what_passes_from_scratch_find(speaker_
         track = audio[: seconds * SR]
         before, regained = cached.embedded, cached.regained
         kept = growing.diarize(track)
-        fresh = diarize(track, encoder)
+        fresh = diarize(track, encoder, growing.options)  # as live passes run (no level cue)
         moved = cached.regained > regained
         print(
             f"{seconds} s: {len(fresh.speakers)} / {len(kept.speakers)} speakers, "
@@ -97,7 +97,7 @@ def test_another_track_with_the_same_silent_start_is_diarized_from_scratch(speak
     np.testing.assert_allclose(
         growing.vad.probabilities(other), speech_probabilities(other), atol=1e-5
     )
-    assert _apart(diarize(other, encoder), kept) <= 0.01
+    assert _apart(diarize(other, encoder, growing.options), kept) <= 0.01
 
 
 def test_a_track_that_gets_louder_is_embedded_again_at_its_new_gain(speaker_model):
@@ -113,4 +113,4 @@ def test_a_track_that_gets_louder_is_embedded_again_at_its_new_gain(speaker_mode
     # of a session moved the gain, so every window was embedded again, not mixed.
     assert growing.encoder.regained == 1
     assert growing.encoder.embedded - first == len(growing.encoder.new) >= 20
-    assert _apart(diarize(track, encoder), kept) <= 0.01
+    assert _apart(diarize(track, encoder, growing.options), kept) <= 0.01

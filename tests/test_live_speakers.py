@@ -29,7 +29,7 @@ from deskscribe.service.live.refine import refine_speakers
 from deskscribe.service.live.store import TranscriptStore
 from deskscribe.speakers.diarize import diarize
 from deskscribe.speakers.encoder import SpeakerEncoder
-from deskscribe.speakers.growing import GrowingTrack
+from deskscribe.speakers.growing import GrowingTrack, live_options
 from deskscribe.speakers.online import LiveSpeakerLabeller
 from deskscribe.speakers.profiles import save_profile
 from deskscribe.transcript import Segment, Transcript, Word
@@ -304,9 +304,10 @@ def test_a_session_over_20_minutes_is_refined_at_stop_within_its_budget(
     encoder = SpeakerEncoder(speaker_model)
     args = (store, snapshot, encoder, recorder.folder, ["system"], audio.shape[0])
     # A pass that cannot finish within its budget is given up: the live labels stay.
-    assert not refine_speakers(*args, budget=0.01)
+    live = live_options()  # as a session passes them (LiveSession.diarize_options)
+    assert not refine_speakers(*args, budget=0.01, options=live)
     assert {w.speaker for s in snapshot().segments for w in s.words} == {"S1"}
-    assert refine_speakers(*args)
+    assert refine_speakers(*args, options=live)
     refined = snapshot().segments
     reference = read_rttm(EVAL / "two-speakers.rttm")
     # Measured: 2 labels on each copy, word accuracy 0.972 on both.
