@@ -214,21 +214,23 @@ def test_cli_splits_channels_and_says_so_for_a_mono_file(tiny_fp32, stereo_call,
 
 
 def test_by_channel_in_the_app(qtbot, window, ctx, stereo_call):
-    """The Speakers menu offers "By channel" without any speaker model, remembers it, and a
+    """The Speakers choice offers "By channel" without any speaker model, remembers it, and a
     queued file comes back labelled Left and Right."""
     from deskscribe.gui.file_options import FileOptions
 
     _win, files, view, _lib = window
-    menu = files.options.speakers
-    qtbot.waitUntil(menu.isEnabled, timeout=20_000)  # the speaker-model check is done
-    menu.setCurrentIndex(menu.findData("2"))
-    assert files.options.speakers_choice() == "off"  # no speaker model installed
-    menu.setCurrentIndex(menu.findData("channels"))
+    choice = files.options.speakers
+    qtbot.waitUntil(choice.isEnabled, timeout=20_000)  # the speaker-model check is done
+    by_voice = choice.mode.model().item(choice.mode.findData("auto"))
+    assert not by_voice.isEnabled() and not choice.people.isEnabled()  # no speaker model
+    choice.set_value("2")  # as an older setting could hold
+    assert files.options.speakers_choice() == "off"
+    choice.mode.setCurrentIndex(choice.mode.findData("channels"))
     assert files.options.speakers_choice() == "channels" and ctx.get("speakers") == "channels"
     again = FileOptions(ctx)  # the next start of the app
     qtbot.addWidget(again)
     qtbot.waitUntil(again.speakers.isEnabled, timeout=20_000)
-    assert again.speakers.currentData() == "channels" and again.speakers_choice() == "channels"
+    assert again.speakers.value() == "channels" and again.speakers_choice() == "channels"
 
     row = run_queue(qtbot, files, [stereo_call], timeout=300_000)[stereo_call.name]
     assert row.status == "done", row.error

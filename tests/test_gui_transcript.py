@@ -67,7 +67,7 @@ def test_edit_rename_merge_find_copy_and_export(
     win, files, view, _lib = window
     files.options.refresh()
     qtbot.waitUntil(files.options.speakers.isEnabled, timeout=20_000)
-    files.options.speakers.setCurrentIndex(files.options.speakers.findData("2"))
+    files.options.speakers.set_value("2")  # by voice, two people (typed: test_gui_participants)
     row = run_queue(qtbot, files, [conversation.path], timeout=300_000)[conversation.path.name]
     assert row.status == "done", row.error
     open_in_view(qtbot, files, view, row.item_id)

@@ -55,6 +55,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="label speakers by voice as they speak (default: when a speaker model is installed)",
     )
     lv.add_argument("--speaker-model", help="speaker model name in the store or a folder")
+    lv.add_argument(
+        "--people",
+        metavar="N|MIN-MAX",
+        default="",
+        help="how many people speak, when you know it (you included): the label revisions "
+        "and the pass at Stop look for that many voices (default: detected)",
+    )
     lv.add_argument("--duration", type=float, help="stop by itself after this many seconds")
     lv.add_argument(
         "--stats",
@@ -114,6 +121,7 @@ def live(args: argparse.Namespace) -> int:
     from .service.live import LiveOptions
     from .service.live.opening import open_live_session
     from .service.models import ModelCache
+    from .service.speakers import participants_options
     from .whisper.languages import parse_languages
     from .whisper.streaming import StreamingOptions
 
@@ -142,6 +150,7 @@ def live(args: argparse.Namespace) -> int:
     asked = args.speakers or args.speaker_model is not None
     try:
         languages = parse_languages(args.languages)
+        participants_options(args.people)  # a clear message before any model loads
     except ValueError as err:
         _err(str(err))
         return EXIT_USAGE
@@ -150,7 +159,7 @@ def live(args: argparse.Namespace) -> int:
             source=source, mic=mic, system=system,
             streaming=StreamingOptions(language=args.language, languages=languages,
                                        vocabulary=args.vocabulary),
-            title=args.title,
+            title=args.title, participants=args.people,
         )  # fmt: skip
         opened = open_live_session(
             models, options, model=args.model, device=args.compute,

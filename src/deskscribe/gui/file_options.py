@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from ..service.queue import ExportOptions
 from ..transcript.export import FORMATS
+from .speakers_choice import SpeakersChoice
 from .widgets import LanguageCombo
 from .workers import run_in_worker
 
@@ -35,7 +36,6 @@ SPEAKERS_TIP = (
     "Label who spoke when: by voice (speaker diarization), or by channel (each channel of a "
     "call recording transcribed on its own: Left, Right, …)."
 )
-BY_VOICE = ("auto", *map(str, range(2, 9)))  # the choices that need a speaker model
 
 
 def _installed_models() -> list[str]:
@@ -65,13 +65,7 @@ class FileOptions(QGroupBox):
         self.language.restore(ctx)
         form.addRow("Language", self.language)
 
-        self.speakers = QComboBox()
-        self.speakers.addItem("Don't label speakers", "off")
-        self.speakers.addItem("Detect how many", "auto")
-        for n in range(2, 9):
-            self.speakers.addItem(f"{n} speakers", str(n))
-        self.speakers.addItem("By channel", "channels")
-        self.speakers.setCurrentIndex(max(0, self.speakers.findData(ctx.get("speakers", "off"))))
+        self.speakers = SpeakersChoice(ctx.get("speakers", "off"))
         self._voices_available = False
         self.speakers.setEnabled(False)
         self.speakers.setToolTip("Checking for a speaker model…")
@@ -113,7 +107,7 @@ class FileOptions(QGroupBox):
         form.addRow("", self.redo)
 
         self.language.changed.connect(self._save)
-        self.speakers.currentIndexChanged.connect(self._save)
+        self.speakers.changed.connect(self._save)
         self.automatic.toggled.connect(self._save)
         ctx.models_changed.connect(self.refresh)
         self.refresh()
@@ -131,8 +125,9 @@ class FileOptions(QGroupBox):
         return self.language.codes()
 
     def speakers_choice(self) -> str:
-        choice = self.speakers.currentData() if self.speakers.isEnabled() else "off"
-        return "off" if choice in BY_VOICE and not self._voices_available else choice
+        """``off``, ``auto``, a count (``3``), a range (``2-4``) or ``channels``."""
+        choice = self.speakers.value() if self.speakers.isEnabled() else "off"
+        return "off" if choice != "channels" and not self._voices_available else choice
 
     def export_options(self) -> ExportOptions:
         return ExportOptions(
@@ -168,10 +163,7 @@ class FileOptions(QGroupBox):
     def _speaker_model_checked(self, available: bool) -> None:
         # By channel works without a speaker model; the by-voice choices do not.
         self._voices_available = available
-        items = self.speakers.model()
-        for i in range(self.speakers.count()):
-            if self.speakers.itemData(i) in BY_VOICE:
-                items.item(i).setEnabled(available)
+        self.speakers.set_voices_available(available)
         self.speakers.setEnabled(True)
         self.speakers.setToolTip(SPEAKERS_TIP if available else NO_SPEAKER_MODEL)
 
@@ -188,7 +180,7 @@ class FileOptions(QGroupBox):
         formats = ",".join(f for f, box in self.formats.items() if box.isChecked())
         values = {
             **self.language.settings_values(),  # language, languages
-            "speakers": self.speakers.currentData(),
+            "speakers": self.speakers.value(),
             "output_formats": formats or None,
             "output_dir": self.folder.text() or None,
             "export_automatically": self.automatic.isChecked(),

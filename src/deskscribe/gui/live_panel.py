@@ -208,6 +208,7 @@ class LivePanel(QWidget):
                 languages=p.language.codes(),  # "Detect among several…"
                 vocabulary=self.ctx.get("vocabulary") or None,
             ),
+            participants=p.participants.value(),
         )
 
     def start(self) -> None:

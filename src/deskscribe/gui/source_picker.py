@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 
 from ..audio.devices import InputDevice
 from .context import AppContext
+from .speakers_choice import ParticipantsEdit
 from .widgets import LanguageCombo, LevelMeter
 from .workers import run_in_worker
 
@@ -89,6 +90,10 @@ class SourcePicker(QWidget):
         top.addSpacing(12)
         top.addWidget(QLabel("Language"))
         top.addWidget(self.language, 2)
+        top.addSpacing(12)
+        top.addWidget(QLabel("People"))
+        self.participants = ParticipantsEdit()
+        top.addWidget(self.participants)
         form.addRow("Listen to", top)
         self.mic_combo, self.mic_meter = _combo(16), LevelMeter("Microphone")
         self.sys_combo, self.sys_meter = _combo(16), LevelMeter("System audio")
@@ -133,6 +138,7 @@ class SourcePicker(QWidget):
         """While recording, the source and language are fixed; devices can still be switched."""
         self.source.setEnabled(idle)
         self.language.setEnabled(idle)
+        self.participants.setEnabled(idle)
 
     def set_levels(self, levels: dict[str, float]) -> None:
         for track, meter in (("mic", self.mic_meter), ("system", self.sys_meter)):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -26,6 +25,7 @@ from PySide6.QtWidgets import (
 from ..service.watch import WatchFolder, folders_from_settings
 from ..transcript.export import FORMATS
 from .file_options import FORMAT_LABELS
+from .speakers_choice import SpeakersChoice
 from .widgets import LanguageCombo, muted
 
 
@@ -138,12 +138,7 @@ class WatchFolderDialog(QDialog):
         self.language = LanguageCombo()
         self.language.set_code(folder.language)
         form.addRow("Language", self.language)
-        self.speakers = QComboBox()
-        for label, key in (("Don't label speakers", "off"), ("Detect how many", "auto"),
-                           *((f"{n} speakers", str(n)) for n in range(2, 9)),
-                           ("By channel", "channels")):  # fmt: skip
-            self.speakers.addItem(label, key)
-        self.speakers.setCurrentIndex(max(0, self.speakers.findData(folder.speakers)))
+        self.speakers = SpeakersChoice(folder.speakers)
         form.addRow("Speakers", self.speakers)
         grid = QGridLayout()
         self.formats: dict[str, QCheckBox] = {}
@@ -184,6 +179,6 @@ class WatchFolderDialog(QDialog):
         return WatchFolder(
             self._path, recursive=self.recursive.isChecked(),
             model=self.model.text().strip() or None, language=self.language.code(),
-            speakers=self.speakers.currentData(), languages=self.language.codes(),
+            speakers=self.speakers.value(), languages=self.language.codes(),
             formats=formats, output_dir=self.output.text().strip() or None,
         )  # fmt: skip

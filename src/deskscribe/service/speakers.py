@@ -24,6 +24,7 @@ from ..speakers.diarize import (
     Diarization,
     DiarizeOptions,
     diarize,
+    parse_speakers,
     transcribe_words,
 )
 from ..speakers.encoder import SpeakerEncoder, SpeakerModelError
@@ -108,18 +109,41 @@ def _say(warn: Callable[[str], None] | None, message: str) -> None:
         log.warning("%s", message)
 
 
+def participants_options(participants: str, beside_you: bool = False) -> DiarizeOptions | None:
+    """The diarization options for "how many people spoke?" (``""``/``auto``, ``3`` or
+    ``2-4``; None when not given; ValueError with what to type otherwise). ``beside_you``:
+    meeting mode, where the microphone's owner is labelled "You" and the count of voices on
+    the system-audio track is one less."""
+    text = (participants or "").strip().lower()
+    if text in ("", "auto"):
+        return None
+    try:
+        opt = parse_speakers(text)
+    except ValueError:
+        raise ValueError(
+            f"How many people spoke: {participants!r} is not a number of people; type a "
+            "number such as 3, a range such as 2-4, or leave it empty"
+        ) from None
+    if beside_you:
+        less = lambda n: None if n is None else max(1, n - 1)  # noqa: E731
+        opt.num_speakers = less(opt.num_speakers)
+        opt.min_speakers, opt.max_speakers = less(opt.min_speakers), less(opt.max_speakers)
+    return opt
+
+
 def label_recording(
     transcript: Transcript,
     audio: np.ndarray,
     encoder: SpeakerEncoder,
     cancel: threading.Event | None = None,
     growing: GrowingTrack | None = None,
+    options: DiarizeOptions | None = None,
 ) -> Transcript:
     """A copy of ``transcript`` (of 16 kHz ``audio``) with speakers from one offline pass over
     the whole recording, the known voices named (``DiarizationCancelled`` once ``cancel`` is
     set). ``growing``: what earlier passes over the same recording computed (a live session's
-    revisions)."""
-    turns = diarize_track(audio, encoder, growing, cancel=cancel)
+    revisions). ``options``: the speaker count asked for, if any (None: ``growing``'s)."""
+    turns = diarize_track(audio, encoder, growing, options=options, cancel=cancel)
     labelled = assign_speakers(transcript, turns)
     name_known_voices(labelled, turns.centroids, encoder)
     return labelled

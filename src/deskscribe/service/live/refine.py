@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ...audio.sessions import read_track
 from ...audio_format import SAMPLE_RATE
+from ...speakers.diarize import DiarizeOptions
 from ...speakers.growing import GrowingTrack
 from ...speakers.online import YOU
 from ...transcript import SpeakerTurn, Transcript
@@ -52,6 +53,7 @@ def refine_speakers(
     budget: float = REFINE_BUDGET_SECONDS,
     growing: GrowingTrack | None = None,
     decoded: dict | None = None,
+    options: DiarizeOptions | None = None,
 ) -> bool:
     """Relabel ``store``'s transcript (``snapshot()`` gives it) from the recorded voices;
     whether it did. Any failure, or a pass past ``budget`` seconds, leaves the live labels
@@ -75,9 +77,9 @@ def refine_speakers(
         transcript = snapshot()
         audio = read_track(folder, voices, decoded)
         if voices == "system":
-            refined = _label_beside_you(transcript, audio, encoder, cancel, growing)
+            refined = _label_beside_you(transcript, audio, encoder, cancel, growing, options)
         else:
-            refined = label_recording(transcript, audio, encoder, cancel, growing)
+            refined = label_recording(transcript, audio, encoder, cancel, growing, options)
     except Exception:  # the live labels stay; nothing is lost
         if cancel.is_set():
             log.warning("the speaker pass at Stop ran past %.0f s: live labels kept", budget)
@@ -90,7 +92,9 @@ def refine_speakers(
     return True
 
 
-def _label_beside_you(transcript: Transcript, audio, encoder, cancel, growing) -> Transcript:
+def _label_beside_you(
+    transcript: Transcript, audio, encoder, cancel, growing, options=None
+) -> Transcript:
     """Meeting mode: the words the system-audio track carried get its voices; "You" stays."""
     yours = [s for s in transcript.segments if s.speaker == YOU]
     others = dataclasses.replace(
@@ -98,7 +102,7 @@ def _label_beside_you(transcript: Transcript, audio, encoder, cancel, growing) -
         segments=[s for s in transcript.segments if s.speaker != YOU],
         speakers={k: v for k, v in transcript.speakers.items() if k != YOU},
     )
-    labelled = label_recording(others, audio, encoder, cancel, growing)
+    labelled = label_recording(others, audio, encoder, cancel, growing, options)
     segments = sorted(yours + labelled.segments, key=lambda s: (s.start, s.end))
     for i, seg in enumerate(segments):
         seg.id = i

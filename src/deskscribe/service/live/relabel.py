@@ -35,6 +35,7 @@ from pathlib import Path
 from ...audio.sessions import read_track
 from ...audio_format import SAMPLE_RATE
 from ...speakers.assign import assign_speakers
+from ...speakers.diarize import DiarizeOptions
 from ...speakers.growing import GrowingTrack, diarize_track
 from ...speakers.online import YOU, LiveSpeakerLabeller
 from ...transcript import Segment, Transcript
@@ -122,6 +123,7 @@ class LabelReviser:
         allowed: Callable[[], bool],
         on_revised: Callable[[list[Segment]], None],
         options: ReviseOptions | None = None,
+        diarize_options: DiarizeOptions | None = None,
     ) -> None:
         self.store, self.snapshot, self.labeller = store, snapshot, labeller
         self.track = voices_track(tracks)
@@ -129,7 +131,7 @@ class LabelReviser:
         self.options = options or ReviseOptions()
         self.passes: list[tuple[float, float]] = []  # (seconds recorded, seconds it took)
         # The VAD and window embeddings of earlier passes (the pass at Stop uses them too).
-        self.growing = GrowingTrack(labeller.encoder) if self.active else None
+        self.growing = GrowingTrack(labeller.encoder, diarize_options) if self.active else None
         # The track's finished chunks, decoded once (``read_track``; the pass at Stop too).
         self.decoded: dict = {}
         self._newest = 0.0  # end of the newest committed segment the last pass saw

@@ -43,10 +43,12 @@ from ...audio.devices import InputDevice
 from ...audio.recorder import RecorderError
 from ...audio_format import SAMPLE_RATE
 from ...speakers.encoder import SpeakerEncoder
+from ...speakers.growing import live_options
 from ...speakers.online import LiveSpeakerLabeller
 from ...transcript import Transcript
 from ...whisper.model import WhisperModel
 from ...whisper.streaming import OnlineTranscriber, StreamingOptions, StreamUpdate
+from ..speakers import participants_options
 from .degrade import LABELS_AT_STOP, DegradeOptions, Degrader
 from .events import (
     Event,
@@ -84,6 +86,8 @@ class LiveOptions:
     degrade: DegradeOptions | None = field(default_factory=DegradeOptions)  # None: never
     # Revise the voice labels while recording (``relabel``); None: only at Stop.
     revise: ReviseOptions | None = field(default_factory=ReviseOptions)
+    # "How many people spoke?": "" (not said), "3" or "2-4"; meeting mode counts "You" in it.
+    participants: str = ""
 
     @property
     def tracks(self) -> list[str]:
@@ -116,6 +120,12 @@ class LiveSession(KeepingUp):
         self.options = options or LiveOptions()
         self.model = model = live_model(model, self.options.cpu_threads)
         self.tracks = self.options.tracks
+        # The count asked for, for the revisions and the pass at Stop (ValueError: bad text).
+        self.diarize_options = live_options(
+            participants_options(
+                self.options.participants, beside_you=self.tracks == ["mic", "system"]
+            )
+        )
         self.on_event = on_event
         self.events = EventQueue()
         self._state = LiveState.IDLE
@@ -156,7 +166,7 @@ class LiveSession(KeepingUp):
             recorded=lambda: self.recording.samples,
             allowed=lambda: not self.degrader.active(LABELS_AT_STOP),
             on_revised=lambda segments: self._emit(Relabelled(segments)),
-            options=self.options.revise,
+            options=self.options.revise, diarize_options=self.diarize_options,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ state
@@ -360,7 +370,7 @@ class LiveSession(KeepingUp):
                 self.refined = refine_speakers(
                     self.store, self.transcript, self.labeller.encoder, self.folder,
                     self.tracks, self.recording.samples, growing=self.reviser.growing,
-                    decoded=self.reviser.decoded,
+                    decoded=self.reviser.decoded, options=self.diarize_options,
                 )  # fmt: skip
                 if self.refined:
                     self._autosave()
