@@ -345,7 +345,8 @@ def level_cue(audio: np.ndarray, probs: np.ndarray, opt: DiarizeOptions) -> np.n
     cue = heard & (db >= floor + opt.level_cue_db) & (probs >= opt.level_cue_prob)
     cue &= probs < opt.vad.threshold
     if not opt.level_cue_bridges:
-        cue &= ~_between(probs >= opt.vad.threshold, int(opt.vad.min_silence_ms / 32) + 1)
+        pause = opt.vad.min_silence_ms * SAMPLE_RATE // (1000 * FRAME) + 1  # in frames
+        cue &= ~_between(probs >= opt.vad.threshold, pause)
     if not cue.any():
         return probs
     out = probs.copy()
@@ -373,8 +374,7 @@ def _raised(audio: np.ndarray, level: float | None, max_gain_db: float = 30.0) -
     RMS) to ``level`` dBFS, never lowered and at most ``max_gain_db``; clipped to [-1, 1]."""
     if level is None or audio.shape[0] < FRAME:
         return audio
-    n = audio.shape[0] // FRAME * FRAME
-    rms = np.sqrt(np.mean(audio[:n].reshape(-1, FRAME).astype(np.float64) ** 2, axis=1))
+    rms = 10 ** (frame_levels(audio, audio.shape[0] // FRAME) / 20)
     loud = float(np.percentile(rms, 95))
     if loud <= 1e-6:
         return audio

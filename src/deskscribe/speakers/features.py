@@ -7,8 +7,9 @@
 * WeSpeaker: Kaldi ``compute-fbank-feats`` as ``torchaudio.compliance.kaldi.fbank`` and
   kaldi-native-fbank compute it: 25 ms / 10 ms frames without edge padding (snip_edges),
   samples scaled to the int16 range, no dither, DC removed per frame, pre-emphasis 0.97,
-  Povey window (pyannote's WeSpeaker front end: a symmetric Hamming one, ``window="hamming"``), FFT of 512, power spectrum, 80 triangular mel bins (1127 ln(1 + f/700))
-  from 20 Hz to 8 kHz, natural log floored at float32 epsilon; then the mean over time
+  Povey window (pyannote's WeSpeaker front end: a symmetric Hamming one,
+  ``window="hamming"``), FFT of 512, power spectrum, 80 triangular mel bins
+  (1127 ln(1 + f/700)) from 20 Hz to 8 kHz, natural log floored at float32 epsilon; then the mean over time
   subtracted (CMN), as WeSpeaker's own front end does.
 """
 

@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..audio_format import SAMPLE_RATE
 from ..errors import Progress
 from .diarize import Diarization, DiarizationCancelled, Turn
 from .features import wespeaker_features
 
-SAMPLE_RATE = 16000
 WINDOW_SECONDS = 10.0
 # The segmentation model's output frames (pyannote's receptive field of SincNet + pools).
 FRAME_STEP = 270 / SAMPLE_RATE
@@ -244,9 +244,7 @@ def kmeans(x: np.ndarray, k: int, iters: int = 100) -> np.ndarray:
 
 def _cosine_similarity2(embeddings: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     """``2 - cosine distance`` of every row to every centroid, as pyannote scores them."""
-    a = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
-    b = centroids / np.linalg.norm(centroids, axis=1, keepdims=True)
-    return 2 - (1 - a @ b.T)
+    return 2 - (1 - _l2(embeddings) @ _l2(centroids).T)
 
 
 def constrained_argmax(soft: np.ndarray) -> np.ndarray:
