@@ -172,6 +172,7 @@ def test_settings_persist(qtbot, app_env, tiny_fp32, tmp_path):  # noqa: F811
     dialog.formats["srt"].setChecked(True)
     dialog.formats["docx"].setChecked(True)
     dialog.automatic.setChecked(True)
+    dialog.speakers.set_value("2-4")  # by voice, two to four people: kept, not turned "off"
     with qtbot.waitSignal(dialog.accepted, timeout=10_000):
         qtbot.mouseClick(dialog.save_btn, Qt.MouseButton.LeftButton)
     saved = json.loads(app_env.settings.read_text())
@@ -181,6 +182,7 @@ def test_settings_persist(qtbot, app_env, tiny_fp32, tmp_path):  # noqa: F811
     assert saved["output_dir"] == str(tmp_path / "exports")
     assert saved["output_formats"].split(",") == ["txt", "srt", "docx"]
     assert saved["export_automatically"] is True
+    assert saved["speakers"] == "2-4"
     # A new dialog (a new start of the app) shows the same choices.
     again = SettingsDialog(AppContext())
     qtbot.addWidget(again)

@@ -175,7 +175,7 @@ def shoot(out: Path, tmp: Path, pulse, size: tuple[int, ...] | None = None) -> i
     window.go("Files")
     options = window.files_panel.options
     if s.pump(10, lambda: options.speakers.isEnabled()):  # a speaker model is installed
-        options.speakers.setCurrentIndex(options.speakers.findData("auto"))
+        options.speakers.set_value("auto")
     window.files_panel.add_paths([*files, broken])
     rows = window.files_panel.queue.rows
     s.pump(120, lambda: any(r.status == "running" and r.progress > 0.3 for r in rows))

@@ -44,6 +44,7 @@ from ..transcript.subtitles import SubtitleRules
 from .context import DEVICE_CHOICES, AppContext
 from .export_dialog import SubtitleRulesBox
 from .file_options import FORMAT_LABELS
+from .speakers_choice import SpeakersChoice
 from .watch_folders import WatchFoldersBox
 from .widgets import LanguageCombo, heading, muted
 from .workers import run_in_worker
@@ -155,15 +156,7 @@ class SettingsDialog(QDialog):
         form.addRow("Vocabulary", self.vocabulary)
         form.addRow("", self.vocabulary_status)
 
-        self.speakers = QComboBox()
-        self.speakers.addItem("Don't label speakers", "off")
-        self.speakers.addItem("Detect how many", "auto")
-        for n in range(2, 9):
-            self.speakers.addItem(f"{n} speakers", str(n))
-        self.speakers.addItem("By channel", "channels")
-        self.speakers.setCurrentIndex(
-            max(0, self.speakers.findData(str(ctx.get("speakers", "off"))))
-        )
+        self.speakers = SpeakersChoice(ctx.get("speakers", "off"))
         form.addRow("Speakers in files", self.speakers)
 
         folder_row = QHBoxLayout()
@@ -495,7 +488,7 @@ class SettingsDialog(QDialog):
             "device": self.device.currentData(),
             **self.language.settings_values(),  # language, languages
             "vocabulary": self.vocabulary.text().strip() or None,
-            "speakers": self.speakers.currentData(),
+            "speakers": self.speakers.value(),
             "output_dir": self.output_dir.text().strip() or None,
             "output_formats": formats or None,
             "export_automatically": self.automatic.isChecked(),
