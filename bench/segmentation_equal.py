@@ -120,6 +120,15 @@ def pyannote_side(folder: Path, clips: list[Path], seconds: float | None) -> Non
         np.savez(folder / "xvec_transform.npz", mean1=mean1, mean2=np.zeros(128), lda=lda)
         psi = np.sort(rng.uniform(0.5, 50.0, 128))[::-1].copy()
         np.savez(folder / "plda.npz", mu=np.zeros(128), tr=np.eye(128), psi=psi)
+
+    class Tail(torch.nn.Module):
+        def __init__(self, resnet):
+            super().__init__()
+            self.resnet = resnet
+
+        def forward(self, fbank, weights=None):
+            return self.resnet(fbank, weights=weights)[1]
+
     if not (folder / "embedding.onnx").exists():
         with torch.no_grad():
             torch.onnx.export(
@@ -128,20 +137,21 @@ def pyannote_side(folder: Path, clips: list[Path], seconds: float | None) -> Non
                 output_names=["logits"],
                 dynamic_axes={"waveform": {0: "B"}, "logits": {0: "B"}},
             )  # fmt: skip
-
-            class Tail(torch.nn.Module):
-                def __init__(self, resnet):
-                    super().__init__()
-                    self.resnet = resnet
-
-                def forward(self, fbank, weights):
-                    return self.resnet(fbank, weights=weights)[1]
-
             torch.onnx.export(
                 Tail(emb.resnet), (torch.zeros(2, 998, 80), torch.ones(2, 589)),
                 str(folder / "embedding.onnx"), dynamo=False, opset_version=17,
                 input_names=["fbank", "weights"], output_names=["embedding"],
                 dynamic_axes={"fbank": {0: "B"}, "weights": {0: "B"}, "embedding": {0: "B"}},
+            )  # fmt: skip
+    if not (folder / "wespeaker-plain.onnx").exists():
+        # The same ResNet as WeSpeaker's own hub export has it: fbank in, embedding out, plain
+        # statistics pooling (no weights). The model store turns such a file into the
+        # weighted-pooling model above (``models/segmentation_build.py``); the tests compare.
+        with torch.no_grad():
+            torch.onnx.export(
+                Tail(emb.resnet), (torch.zeros(1, 200, 80),), str(folder / "wespeaker-plain.onnx"),
+                dynamo=False, opset_version=14, input_names=["feats"], output_names=["embs"],
+                dynamic_axes={"feats": {0: "B", 1: "T"}, "embs": {0: "B"}},
             )  # fmt: skip
     plda = PLDA(str(folder / "xvec_transform.npz"), str(folder / "plda.npz"))
     pipe = SpeakerDiarization(
@@ -240,7 +250,7 @@ def calibrate(seg, audio: np.ndarray) -> None:
 
 def run_pyannote(folder: Path, clips: list[Path], seconds: float | None, python: str) -> None:
     missing = [c for c in clips if not (folder / f"{c.stem}.npz").exists()]
-    if not missing and (folder / "embedding.onnx").exists():
+    if not missing and (folder / "wespeaker-plain.onnx").exists():
         return
     cmd = [python, str(Path(__file__).resolve()), "--pyannote-side", str(folder)]
     cmd += ["--clips", *map(str, missing)] + (["--seconds", str(seconds)] if seconds else [])

@@ -9,7 +9,8 @@
 
 Fault knobs (each fires once per count): ``drop_after[path] = n`` closes the connection after
 byte ``n`` of that file; ``corrupt[path] = times`` flips served bytes; ``refuse_connections()``
-stops listening (the client sees connection refused). ``etags[path] = text`` serves that
+stops listening (the client sees connection refused). ``gated[repo] = token``: that repo
+answers 401 ``GatedRepo`` to requests without ``Authorization: Bearer token``. ``etags[path] = text`` serves that
 ETag (and, for LFS files, X-Linked-Etag) instead: hostile metadata. Every request is recorded in
 ``requests`` as ``(method, path, headers)``.
 """
@@ -85,6 +86,7 @@ class HubServer:
         self.corrupt: dict[str, int] = {}
         self.etags: dict[str, str] = {}
         self.offline = False
+        self.gated: dict[str, str] = {}  # repo id -> the token that may read it
         self.lock = threading.Lock()
         self._servers = [self._listener(), self._listener()]
         self._threads: list[threading.Thread] = []
@@ -192,16 +194,26 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "EntryNotFound")
         for repo_id, repo in hub.repos.items():
             prefix = f"/{repo_id}/resolve/"
+            if path.startswith(prefix) and not self._allowed(repo_id):
+                return self._error(401, "GatedRepo")
             if path.startswith(prefix):
                 revision, _, name = path[len(prefix) :].partition("/")
                 return self._resolve(repo, revision, name, body)
         return self._error(404, "RepoNotFound")
+
+    def _allowed(self, repo_id: str) -> bool:
+        """A gated repo answers only requests that carry its token (as the hub does for
+        users who have not accepted its conditions)."""
+        token = self.server_state.gated.get(repo_id)
+        return token is None or self.headers.get("Authorization") == f"Bearer {token}"
 
     def _model_info(self, rest: str) -> None:
         repo_id, _, revision = rest.partition("/revision/")
         repo = self.server_state.repos.get(repo_id)
         if repo is None:
             return self._error(404, "RepoNotFound")
+        if not self._allowed(repo_id):
+            return self._error(401, "GatedRepo")
         if revision not in ("", "main", repo.commit):
             return self._error(404, "RevisionNotFound")
         siblings = []

@@ -97,6 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         "(implied for speaker catalog names such as `wespeaker`)",
     )
     d.add_argument(
+        "--token",
+        help="hub access token for a gated repository (default: the login saved by "
+        "`hf auth login`, or $HF_TOKEN)",
+    )
+    d.add_argument(
         "--llm",
         action="store_true",
         help="the repo (REPO or REPO:QUANT, Q4_K_M by default) or .gguf file is a language "
@@ -287,6 +292,12 @@ def _models(args: argparse.Namespace) -> int:
 
             for s in SPEAKER_CATALOG:
                 print(f"{s.id:26} {s.size_mb / 1000:5.2f} GB  {'speakers':13} {s.good_for}")
+            from .models.catalog import SEGMENTATION_CATALOG
+
+            for g in SEGMENTATION_CATALOG:
+                licences = ", ".join(sorted({p.licence for p in g.parts}))
+                print(f"{g.id:26} {g.size_mb / 1000:5.2f} GB  {'speakers':13} {g.good_for}  "
+                      f"[{licences}]")  # fmt: skip
             from .llm.catalog import LLM_CATALOG, STARTER_GOOD_FOR, STARTER_ID
 
             for e in LLM_CATALOG:
@@ -297,7 +308,7 @@ def _models(args: argparse.Namespace) -> int:
             print(f"{STARTER_ID:26} {0.1:5.2f} GB  {'notes':13} {STARTER_GOOD_FOR}")
         elif args.models_command == "list":
             from .llm.store import installed_llms
-            from .models.store import list_speaker_models
+            from .models.store import find_segmentation_model, folder_size, list_speaker_models
 
             models = list_models()
             speakers = list_speaker_models()
@@ -311,6 +322,10 @@ def _models(args: argparse.Namespace) -> int:
             for spk in speakers:
                 kind = f"speakers/{spk.kind}"
                 print(f"{spk.name:32} {'':5} {kind:21} {spk.size_bytes / 1e6:8.1f} MB  {spk.path}")
+            seg = find_segmentation_model()
+            if seg is not None:
+                size = folder_size(seg) / 1e6
+                print(f"{seg.name:32} {'':5} {'speakers/overlap':21} {size:8.1f} MB  {seg}")
             for gguf in installed_llms():
                 size = gguf.stat().st_size / 1e6
                 print(f"{gguf.stem:32} {'':5} {'notes':21} {size:8.1f} MB  {gguf}")
@@ -362,7 +377,7 @@ def _download(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .llm.catalog import find_llm_entry, split_source
-    from .models.catalog import find_speaker_entry
+    from .models.catalog import find_segmentation_entry, find_speaker_entry
     from .models.download import DownloadError
     from .models.hardware import detect, recommend
     from .models.install import install_model, install_speaker_model
@@ -372,9 +387,13 @@ def _download(args: argparse.Namespace) -> int:
         or find_llm_entry(split_source(args.source)[0]) is not None
         or args.source.lower().endswith(".gguf")
     )
+    segmentation = (
+        find_segmentation_entry(args.source) is not None
+        or (Path(args.source).expanduser() / "segmentation.onnx").is_file()
+    )
     speaker = not llm and (args.speaker or find_speaker_entry(args.source) is not None)
     variant = args.variant
-    if variant == "auto" and not speaker and not llm:
+    if variant == "auto" and not speaker and not llm and not segmentation:
         variant = "int8" if recommend(detect()).device == "cpu" else "fp16"
     bar: tqdm | None = None
     stage_now = ""
@@ -407,6 +426,18 @@ def _download(args: argparse.Namespace) -> int:
             except NotAGGUFError as err:
                 _err(str(err))
                 return EXIT_USAGE
+        elif segmentation:  # three repositories, one folder (models/segmentation_build.py)
+            from .models.install import install_segmentation_model
+
+            path = install_segmentation_model(
+                args.source,
+                name=args.name,
+                endpoint=args.endpoint,
+                token=args.token,
+                overwrite=args.overwrite,
+                keep_download=args.keep_download,
+                progress=progress,
+            )
         elif speaker:  # one ONNX file, checked and placed as is: the variant does not apply
             path = install_speaker_model(
                 args.source,

@@ -38,6 +38,9 @@ KNOWN = {
     "export_automatically": "export each file's transcript when it is done: true or false",
     "speakers": "label speakers in files: off, auto, a number of speakers, or channels "
     "(one speaker per channel) (default: off)",
+    "speaker_pipeline": "which speaker labels files and the pass at Stop get: auto (with "
+    "overlap when `deskscribe models download community-1` installed its models) or voices "
+    "(always the voice encoder's) (default: auto)",
     "batched_files": "transcribe files on the faster batched path: true or false (default: true)",
     "vocabulary": "names and jargon the app spells as written, e.g. ComfyUI, Kubernetes, Dr. Okafor",
     "live_source": "the app's live source: mic, system or both",
@@ -115,6 +118,7 @@ class Settings:
     output_formats: list[str] = field(default_factory=list)
     export_automatically: bool = False
     speakers: str | None = None
+    speaker_pipeline: str | None = None  # "auto" (None) or "voices"
     batched_files: bool = True
     vocabulary: str | None = None
     live_source: str | None = None

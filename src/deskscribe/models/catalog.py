@@ -221,3 +221,73 @@ def speaker_onnx_file(all_files: list[str], preferred: str | None = None) -> str
     reduced = ("quant", "int8", "uint8", "fp16", "q4", "bnb")
     full = sorted(f for f in names if f.endswith(".onnx") and not any(r in f for r in reduced))
     return full[0] if len(full) == 1 else None
+
+
+# --------------------------------------------------------------------------- overlap-aware
+
+
+@dataclass(frozen=True)
+class HubPart:
+    """Files of one hub repository that make up part of a model folder."""
+
+    repo_id: str
+    files: tuple[str, ...]
+    licence: str
+    gated: bool  # the repository asks users to accept its conditions (a token is needed)
+    size_mb: int
+
+
+@dataclass(frozen=True)
+class SegmentationCatalogEntry:
+    """Overlap-aware speaker labels (``speakers/segmentation.py``): a segmentation model, a
+    WeSpeaker embedding model and a PLDA, from three repositories, in one store folder."""
+
+    id: str
+    folder: str
+    good_for: str
+    segmentation: HubPart
+    embedding: HubPart
+    plda: HubPart
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def parts(self) -> tuple[HubPart, HubPart, HubPart]:
+        return (self.segmentation, self.embedding, self.plda)
+
+    @property
+    def size_mb(self) -> int:
+        return sum(p.size_mb for p in self.parts)
+
+
+SEGMENTATION_CATALOG: tuple[SegmentationCatalogEntry, ...] = (
+    SegmentationCatalogEntry(
+        "community-1",
+        "segmentation-community-1",
+        "speaker labels with overlap: pyannote community-1's recipe (segmentation-3.0, "
+        "WeSpeaker ResNet34, PLDA + VBx); needs a free hub token for its PLDA",
+        HubPart("onnx-community/pyannote-segmentation-3.0", ("onnx/model.onnx",), "MIT", False, 6),
+        HubPart(
+            "Wespeaker/wespeaker-voxceleb-resnet34-LM",
+            ("voxceleb_resnet34_LM.onnx",),
+            "CC-BY-4.0",
+            False,
+            27,
+        ),
+        HubPart(
+            "pyannote/speaker-diarization-community-1",
+            ("plda/xvec_transform.npz", "plda/plda.npz"),
+            "CC-BY-4.0",
+            True,
+            1,
+        ),
+        ("pyannote-community-1", "speaker-diarization-community-1", "segmentation"),
+    ),
+)
+
+
+def find_segmentation_entry(name: str) -> SegmentationCatalogEntry | None:
+    """A segmentation catalog entry by id or alias."""
+    for entry in SEGMENTATION_CATALOG:
+        if name in (entry.id, *entry.aliases):
+            return entry
+    return None

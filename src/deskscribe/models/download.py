@@ -33,6 +33,7 @@ import httpx2
 from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import (
     EntryNotFoundError,
+    GatedRepoError,
     HfHubHTTPError,
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
@@ -63,6 +64,10 @@ class OfflineError(DownloadError):
 
 class RepoNotFoundError(DownloadError):
     """The repo, revision or file does not exist on the hub (or needs a login)."""
+
+
+class GatedError(RepoNotFoundError):
+    """The repo asks users to accept its conditions, and no token that did was sent."""
 
 
 class NotEnoughDiskError(DownloadError):
@@ -224,7 +229,13 @@ def _hub_errors(repo_id: str, revision: str) -> Iterator[None]:
         raise RepoNotFoundError(
             f"a file is missing from {repo_id} at {revision!r} ({e}); check the file names"
         ) from e
-    except RepositoryNotFoundError as e:  # includes gated repos
+    except GatedRepoError as e:
+        raise GatedError(
+            f"{repo_id} is gated: accept its conditions once at https://huggingface.co/"
+            f"{repo_id} (a free account), then log in on this computer (hf auth login) or "
+            "pass an access token (--token, or HF_TOKEN)"
+        ) from e
+    except RepositoryNotFoundError as e:
         raise RepoNotFoundError(
             f"{repo_id} was not found on the hub; check the model id, or log in "
             "(hf auth login) if it is private or gated"

@@ -186,3 +186,89 @@ def install_speaker_model(
     if not keep_download:
         shutil.rmtree(cache, ignore_errors=True)
     return path
+
+
+# --------------------------------------------------------------------------- overlap-aware
+
+
+def install_segmentation_model(
+    source: str = "community-1",
+    *,
+    root: Path | None = None,
+    name: str | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    overwrite: bool = False,
+    keep_download: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Install the overlap-aware speaker models: a segmentation catalog id (its three parts
+    downloaded, the gated one with ``token`` or the login saved on this computer), or a local
+    folder holding ``segmentation.onnx``, a WeSpeaker ``.onnx`` (``embedding.onnx`` or
+    ``wespeaker.onnx``), ``xvec_transform.npz`` and ``plda.npz``. ``progress(done, total,
+    stage)``: "download" in bytes over all parts, then "check"."""
+    from .catalog import find_segmentation_entry
+    from .download import DownloadCancelled, download_files
+    from .segmentation_build import install_segmentation_parts
+
+    root = root or store_dir()
+    report = progress or (lambda done, total, stage="": None)
+    entry = find_segmentation_entry(source)
+    local = Path(source).expanduser()
+    if entry is None:
+        if not local.is_dir():
+            raise ValueError(
+                f"{source!r} is neither a segmentation model in the catalog (community-1) nor "
+                "a folder holding segmentation.onnx, a WeSpeaker .onnx and the PLDA files"
+            )
+        wespeaker = next(
+            (local / f for f in ("embedding.onnx", "wespeaker.onnx") if (local / f).is_file()),
+            None,
+        )
+        missing = [
+            f for f in ("segmentation.onnx", "xvec_transform.npz", "plda.npz")
+            if not (local / f).is_file()
+        ] + ([] if wespeaker else ["embedding.onnx"])  # fmt: skip
+        if missing or wespeaker is None:
+            raise ValueError(f"{local} lacks {', '.join(missing)}")
+        dest = root / valid_name(name or f"segmentation-{local.name}")
+        return install_segmentation_parts(
+            local / "segmentation.onnx", wespeaker, local, dest, name=dest.name,
+            sources={"folder": str(local.resolve())}, overwrite=overwrite,
+        )  # fmt: skip
+    dest = root / valid_name(name or entry.folder)
+    if dest.exists() and not overwrite:
+        raise FileExistsError(f"{dest} already exists; remove it or pass --overwrite")
+    caches, sizes = [], [p.size_mb for p in entry.parts]
+    for i, part in enumerate(entry.parts):
+        cache = root / ".downloads" / part.repo_id.replace("/", "--")
+        before = sum(sizes[:i]) * 1e6
+        total = entry.size_mb * 1e6
+
+        def step(done: float, _total: float, stage: str = "", before=before, total=total):
+            report(min(before + done, total), total, "download")
+
+        download_files(
+            part.repo_id, list(part.files), cache, endpoint=endpoint,
+            token=token if part.gated else None, cancel=cancel, progress=step,
+        )  # fmt: skip
+        caches.append(cache)
+        if cancel is not None and cancel.is_set():
+            raise DownloadCancelled(f"download of {part.repo_id} cancelled")
+    report(0.0, 1.0, "check")
+    seg, emb, plda = entry.parts
+    path = install_segmentation_parts(
+        caches[0] / seg.files[0],
+        caches[1] / emb.files[0],
+        caches[2] / Path(plda.files[0]).parent,
+        dest,
+        name=dest.name,
+        sources={p.repo_id: ", ".join(p.files) for p in entry.parts},
+        overwrite=overwrite,
+    )
+    report(1.0, 1.0, "check")
+    if not keep_download:
+        for cache in caches:
+            shutil.rmtree(cache, ignore_errors=True)
+    return path

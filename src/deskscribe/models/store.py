@@ -22,6 +22,8 @@ from ..whisper.model import MANIFEST
 
 ENV_DIR = "DESKSCRIBE_MODELS_DIR"
 SPEAKER_TASK = "speaker-embedding"  # the manifest "task" of speaker models (speakers/)
+SEGMENTATION_TASK = "speaker-segmentation"  # overlap-aware labels (models/segmentation_build)
+SEGMENTATION_FILES = ("segmentation.onnx", "embedding.onnx", "xvec_transform.npz", "plda.npz")
 SPEAKER_INSTALL_HINT = (
     "`deskscribe models download wespeaker` (needs the internet once) or "
     "`deskscribe models install-speaker-starter` (offline, from the resemblyzer package)"
@@ -315,3 +317,15 @@ def resolve_speaker_model(name: str | None = None, root: Path | None = None) -> 
         f"no speaker model is installed in {root or store_dir()}; speaker labels need one: "
         f"get it with {SPEAKER_INSTALL_HINT}"
     )
+
+
+def find_segmentation_model(root: Path | None = None) -> Path | None:
+    """The newest complete overlap-aware speaker model folder in the store, or None (then
+    speaker labels come from the voice encoder's pipeline, ``speakers/diarize.py``)."""
+    found = [
+        (str(data.get("built_at", "")), folder)
+        for folder, data in _installed(root)
+        if data.get("task") == SEGMENTATION_TASK
+        and all((folder / f).is_file() for f in SEGMENTATION_FILES)
+    ]
+    return max(found)[1] if found else None

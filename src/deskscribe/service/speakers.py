@@ -11,6 +11,7 @@ found, not inventions, and says so.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EngineError, Progress, first_line
-from ..speakers.assign import assign_speakers
+from ..errors import Cancelled, EngineError, Progress, first_line
+from ..speakers.assign import assign_speakers, mark_overlapped_speech
 from ..speakers.diarize import (
     Diarization,
     DiarizeOptions,
@@ -29,7 +30,7 @@ from ..speakers.diarize import (
 )
 from ..speakers.encoder import SpeakerEncoder, SpeakerModelError
 from ..speakers.growing import GrowingTrack, diarize_track
-from ..speakers.profiles import ProfileError, apply_profiles, match_threshold_for
+from ..speakers.profiles import ProfileError, apply_profiles, match_threshold_for, voice_of
 from ..transcript import Transcript
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,13 @@ def label_file(
     transcript, audio = transcribe_words(
         model, path, transcribe_options, progress=progress, cancel=cancel, shared=shared
     )
+    pipeline = segmentation_pipeline(warn)
+    if pipeline is not None:
+        labelled = _label_with_segmentation(
+            pipeline, transcript, audio, encoder, options, progress, cancel, warn
+        )
+        if labelled is not None:
+            return labelled
     try:
         result = diarize(audio, encoder, options, progress=progress, cancel=cancel)
     except (SpeakerModelError, EngineError, MemoryError) as err:
@@ -86,6 +94,101 @@ def label_file(
         _say(warn, note)
     labelled = assign_speakers(transcript, result)
     name_known_voices(labelled, result.centroids, encoder, warn)
+    return labelled
+
+
+# --------------------------------------------------------------------------- with overlap
+
+SETTING = "speaker_pipeline"  # "auto": with overlap when installed; "voices": never
+
+
+def segmentation_pipeline(warn: Callable[[str], None] | None = None):
+    """The overlap-aware pipeline (``speakers/segmentation.py``) when its models are in the
+    store and the ``speaker_pipeline`` setting allows it, loaded once per installed folder;
+    None otherwise (labels then come from the voice encoder's pipeline). A folder that fails
+    to load is said to ``warn`` and skipped."""
+    from .. import settings
+    from ..models.store import find_segmentation_model
+
+    if settings.get(SETTING, "auto") == "voices":
+        return None
+    folder = find_segmentation_model()
+    if folder is None:
+        return None
+    try:
+        return _load_segmentation(str(folder), (folder / "manifest.json").stat().st_mtime)
+    except Exception as err:
+        _say(warn, f"overlap-aware speaker labels not used: {folder.name} cannot be loaded "
+                   f"({first_line(err)}); labelled by voice instead")  # fmt: skip
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _load_segmentation(folder: str, _stamp: float):
+    from ..speakers.segmentation import SegmentationPipeline
+
+    root = Path(folder)
+    return SegmentationPipeline(root / "segmentation.onnx", root / "embedding.onnx", root)
+
+
+def segmentation_options(options: DiarizeOptions | None):
+    """The speaker count asked for, as the segmentation pipeline takes it."""
+    from ..speakers.segmentation import SegmentationOptions
+
+    if options is None:
+        return SegmentationOptions()
+    return SegmentationOptions(
+        num_speakers=options.num_speakers,
+        min_speakers=options.min_speakers,
+        max_speakers=options.max_speakers,
+    )
+
+
+def _label_with_segmentation(
+    pipeline,
+    transcript: Transcript,
+    audio: np.ndarray,
+    encoder: SpeakerEncoder | None,
+    options: DiarizeOptions | None,
+    progress: Progress | None,
+    cancel: threading.Event | None,
+    warn: Callable[[str], None] | None,
+) -> Transcript | None:
+    """Words labelled from the exclusive timeline, words said under another voice marked
+    ``overlap``, known voices named with ``encoder``'s profiles; None when the pipeline
+    failed (said to ``warn``), so that the caller labels by voice instead."""
+    stage_share = {"segmentation": (0.0, 0.3), "embeddings": (0.3, 0.7)}
+
+    def report(done: float, total: float, stage: str = "") -> None:
+        if progress is not None and total:
+            base, share = stage_share.get(stage, (0.0, 1.0))
+            progress(base + share * done / total, 1.0, "speakers")
+
+    try:
+        result = pipeline(audio, segmentation_options(options), progress=report, cancel=cancel)
+    except Cancelled:
+        raise
+    except Exception as err:
+        _say(warn, f"overlap-aware speaker labels failed ({first_line(err)}); labelled by "
+                   "voice instead")  # fmt: skip
+        return None
+    note = fewer_than_asked(result.diarization, options)
+    if note:
+        _say(warn, note)
+    labelled = assign_speakers(transcript, result.diarization)
+    mark_overlapped_speech(labelled.segments, result.overlapping)
+    if encoder is not None:
+        centroids = {}
+        for sid in labelled.speakers:
+            try:
+                centroids[sid] = voice_of(audio, labelled, sid, encoder, max_seconds=60.0)
+            except ProfileError:
+                continue  # no stretch of 1 s: nobody to name
+            except (SpeakerModelError, EngineError, MemoryError) as err:
+                _say(warn, f"voice profiles not used: the speaker model {encoder.name} "
+                           f"failed ({first_line(err)})")  # fmt: skip
+                break
+        name_known_voices(labelled, centroids, encoder, warn)
     return labelled
 
 
@@ -143,7 +246,49 @@ def label_recording(
     the whole recording, the known voices named (``DiarizationCancelled`` once ``cancel`` is
     set). ``growing``: what earlier passes over the same recording computed (a live session's
     revisions). ``options``: the speaker count asked for, if any (None: ``growing``'s)."""
+    pipeline = segmentation_pipeline()
+    if pipeline is not None:
+        labelled = _segmentation_within(
+            pipeline, transcript, audio, encoder, options, cancel, SEGMENTATION_AT_STOP_SECONDS
+        )
+        if labelled is not None:
+            return labelled
     turns = diarize_track(audio, encoder, growing, options=options, cancel=cancel)
     labelled = assign_speakers(transcript, turns)
     name_known_voices(labelled, turns.centroids, encoder)
     return labelled
+
+
+# The pass at Stop: the overlap-aware pipeline gets this long, then the voice pipeline (whose
+# embeddings the live revisions already computed) labels instead, within the pass's budget.
+SEGMENTATION_AT_STOP_SECONDS = 45.0
+
+
+def _segmentation_within(pipeline, transcript, audio, encoder, options, cancel, seconds):
+    """``_label_with_segmentation`` given ``seconds``; None when it ran out or failed.
+    ``cancel`` (the caller's) still cancels everything."""
+    own = threading.Event()
+    timer = threading.Timer(seconds, own.set)
+    timer.daemon = True
+    timer.start()
+    try:
+        return _label_with_segmentation(
+            pipeline, transcript, audio, encoder, options, None, _Either(own, cancel), None
+        )
+    except Cancelled:
+        if cancel is not None and cancel.is_set():
+            raise
+        log.warning("overlap-aware labels at Stop ran past %.0f s: labelled by voice", seconds)
+        return None
+    finally:
+        timer.cancel()
+
+
+class _Either:
+    """Set when either event is (what the pipeline's ``cancel`` is asked)."""
+
+    def __init__(self, *events: threading.Event | None) -> None:
+        self.events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)

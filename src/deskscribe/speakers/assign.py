@@ -19,6 +19,7 @@ both parties' words; one diarized track gives each instant to one speaker.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 from collections.abc import Sequence
@@ -159,3 +160,48 @@ def mark_overlaps(segments: Sequence[Segment], min_seconds: float = MIN_OVERLAP_
                 other.overlap = word.overlap = True
         open_words.append(word)
     return sum(w.overlap for w in words)
+
+
+def overlap_regions(turns: Sequence[TurnLike]) -> list[tuple[float, float]]:
+    """The stretches during which turns of two or more different speakers are on (turns
+    with overlap, as the segmentation pipeline gives them), in time order."""
+    events = sorted(
+        [(t.start, 1, t.speaker) for t in turns if t.end > t.start]
+        + [(t.end, -1, t.speaker) for t in turns if t.end > t.start],
+        key=lambda e: (e[0], e[1]),  # ends before starts at the same instant
+    )
+    on: dict[str, int] = {}
+    regions: list[tuple[float, float]] = []
+    since: float | None = None
+    for at, step, who in events:
+        on[who] = on.get(who, 0) + step
+        several = sum(1 for n in on.values() if n > 0) >= 2
+        if several and since is None:
+            since = at
+        elif not several and since is not None:
+            if at > since:
+                regions.append((since, at))
+            since = None
+    return regions
+
+
+def mark_overlapped_speech(
+    segments: Sequence[Segment], turns: Sequence[TurnLike], min_seconds: float = MIN_OVERLAP_S
+) -> int:
+    """Set ``overlap`` on every word said while two or more speakers were on (``turns`` with
+    overlap): at least ``min_seconds`` of it, or half of a shorter word. Returns how many
+    words were marked. For one diarized track, where each word has one speaker but the
+    segmentation model heard a second voice under it."""
+    regions = overlap_regions(turns)
+    starts = [a for a, _ in regions]
+    marked = 0
+    for word in (w for seg in segments for w in seg.words):
+        i = max(0, bisect.bisect_right(starts, word.start) - 1)
+        shared = 0.0
+        while i < len(regions) and regions[i][0] < word.end:
+            shared += max(0.0, min(regions[i][1], word.end) - max(regions[i][0], word.start))
+            i += 1
+        if shared > 0 and shared >= min(min_seconds, (word.end - word.start) / 2):
+            word.overlap = True
+            marked += 1
+    return marked

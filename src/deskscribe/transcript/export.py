@@ -39,7 +39,7 @@ from pathlib import Path
 from ..errors import DeskScribeError
 from ..fsutil import write_atomic
 from .model import Segment, Transcript
-from .subtitles import Cue, SubtitleRules, cues
+from .subtitles import OVERLAP_MARK, Cue, SubtitleRules, cues
 
 FORMATS = ("txt", "srt", "vtt", "json", "md", "csv", "docx", "rttm")
 SUBTITLE_FORMATS = frozenset({"srt", "vtt"})  # laid out by ``SubtitleRules``, cut by word times
@@ -103,6 +103,13 @@ def _label(transcript: Transcript, segment: Segment) -> str | None:
     return None if segment.speaker is None else transcript.speaker_name(segment.speaker)
 
 
+def _said(segment: Segment) -> str:
+    """The segment's text on one line, ``[overlapping]`` before it when a word of it was
+    said while another speaker spoke."""
+    text = _one_line(segment.text)
+    return f"{OVERLAP_MARK} {text}" if text and any(w.overlap for w in segment.words) else text
+
+
 def _title(transcript: Transcript) -> str:
     if transcript.source:
         name = Path(transcript.source.replace("\\", "/")).name
@@ -134,10 +141,10 @@ def _render_txt(transcript: Transcript, timestamps: bool) -> str:
         for seg in transcript.segments:
             label = _label(transcript, seg)
             prefix = f"[{format_timestamp(seg.start)}] " + (f"{label}: " if label else "")
-            lines.append((prefix + _one_line(seg.text)).rstrip())
+            lines.append((prefix + _said(seg)).rstrip())
     else:
         for speaker, segs in _turns(transcript):
-            text = " ".join(t for t in (_one_line(s.text) for s in segs) if t)
+            text = " ".join(t for t in (_said(s) for s in segs) if t)
             if speaker is not None:
                 lines.append(f"{transcript.speaker_name(speaker)}: {text}".rstrip())
             else:
@@ -148,9 +155,7 @@ def _render_txt(transcript: Transcript, timestamps: bool) -> str:
 def _render_srt(transcript: Transcript, rules: SubtitleRules) -> str:
     blocks: list[str] = []
     for number, cue in enumerate(cues(transcript, rules), start=1):
-        lines = list(cue.lines)
-        if cue.label:
-            lines[0] = f"{cue.label}: {lines[0]}"
+        lines = [cue.first_line, *cue.lines[1:]]
         text = "\n".join(lines).replace("-->", "->")
         blocks.append(
             f"{number}\n"
@@ -168,6 +173,8 @@ def _vtt_text(transcript: Transcript, cue: Cue, rules: SubtitleRules) -> str:
     text = "\n".join(_vtt_escape(line) for line in cue.lines)
     if cue.language and transcript.language and cue.language != transcript.language:
         text = f"<lang {cue.language}>{text}</lang>"  # a part in another language
+    if cue.overlap:
+        text = f"{OVERLAP_MARK} {text}"
     if cue.speaker and rules.speaker_names:
         text = f"<v {_vtt_escape(cue.speaker)}>{text}"
     return text
@@ -262,7 +269,7 @@ def _render_md(transcript: Transcript) -> str:
     for seg in transcript.segments:
         label = _label(transcript, seg)
         who = f" **{md_escape(_one_line(label))}:**" if label else ""
-        line = f"[{format_clock(seg.start)}]{who} {md_escape(_one_line(seg.text))}"
+        line = f"[{format_clock(seg.start)}]{who} {md_escape(_said(seg))}"
         out += [line.rstrip(), ""]
     return "\n".join(out)
 
@@ -354,6 +361,8 @@ def _render_docx(transcript: Transcript) -> bytes:
         if label:
             para.add_run(clean(_one_line(label)) + ":").bold = True
             para.add_run(" ")
+        if any(w.overlap for w in seg.words) and seg.text.strip():
+            para.add_run(OVERLAP_MARK + " ").italic = True
         para.add_run(clean(seg.text.strip()))
     buf = io.BytesIO()
     document.save(buf)

@@ -34,6 +34,7 @@ PAUSE = 0.5  # seconds between words that count as a pause worth cutting at
 SENTENCE_END = (".", "?", "!", "…")
 CLAUSE_END = (",", ";", ":")
 _CLOSERS = "\"'”’»)]"
+OVERLAP_MARK = "[overlapping]"  # before text said while someone else spoke
 DEGENERATE_CUE = 0.1  # seconds given to a cue whose words left it none (overlapping word times)
 
 
@@ -110,6 +111,13 @@ class Cue:
     speaker: str | None = None  # the display name of who speaks (on one line), when known
     named: bool = False  # the name is shown before the first line (``Name: text``)
     language: str | None = None  # the language of the segment it comes from
+    overlap: bool = False  # a word of it was said while another speaker spoke
+
+    @property
+    def first_line(self) -> str:
+        """The first line as SRT writes it: ``[overlapping]`` and the name before it."""
+        text = f"{self.label}: {self.lines[0]}" if self.label else self.lines[0]
+        return f"{OVERLAP_MARK} {text}" if self.overlap else text
 
     @property
     def label(self) -> str | None:
@@ -126,6 +134,7 @@ class _Token:
     end: float
     speaker: str | None = None
     space: bool = True  # a space before it when it follows another token on a line
+    overlap: bool = False
 
 
 @dataclass
@@ -157,8 +166,9 @@ def _word_tokens(segment: Segment) -> list[_Token] | None:
         if glued and not (_wide(text[0]) and _wide(tokens[-1].text[-1])):
             tokens[-1].text += text
             tokens[-1].end = max(tokens[-1].end, w.end)
+            tokens[-1].overlap |= w.overlap
             continue
-        tokens.append(_Token(text, w.start, max(w.start, w.end), speaker, not glued))
+        tokens.append(_Token(text, w.start, max(w.start, w.end), speaker, not glued, w.overlap))
     return tokens
 
 
@@ -319,7 +329,8 @@ def _run_cues(run: _Run, transcript: Transcript, rules: SubtitleRules) -> list[C
         first = shown and i == 0
         lines = _layout(piece, rules, reserve if first else 0) or [_join(piece)]
         end = piece[0].start + _seconds(piece)
-        out.append(Cue(piece[0].start, end, lines, name, first, run.segment.language))
+        overlap = any(t.overlap for t in piece)
+        out.append(Cue(piece[0].start, end, lines, name, first, run.segment.language, overlap))
     return out
 
 
