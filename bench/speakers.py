@@ -212,6 +212,113 @@ def measure(s: dict, whisper, encoder, options) -> dict:
     return row
 
 
+def _overlap_pr(reference, hypothesis, uem) -> tuple[float | None, float | None]:
+    """Precision and recall, by time within ``uem``, of the hypothesis's overlapped speech
+    (two or more speakers on) against the reference's."""
+    from deskscribe.speakers.assign import overlap_regions
+    from deskscribe.speakers.diarize import Turn
+
+    lo, hi = uem if uem is not None else (-1e9, 1e9)
+
+    def regions(turns):
+        return [
+            (max(a, lo), min(b, hi))
+            for a, b in overlap_regions([Turn(t[0], t[1], t[2]) for t in turns])
+            if min(b, hi) > max(a, lo)
+        ]
+
+    def length(rs):
+        return sum(b - a for a, b in rs)
+
+    ref, hyp = regions(reference), regions(hypothesis)
+    both = sum(max(0.0, min(b, d) - max(a, c)) for a, b in ref for c, d in hyp)
+    precision = both / length(hyp) if length(hyp) else None
+    recall = both / length(ref) if length(ref) else None
+    return precision, recall
+
+
+def measure_pipelines(sets: list[dict], encoder, folder: Path, threshold: float | None) -> None:
+    """Diarization alone, the shipped pipeline (voice encoder over VAD regions) beside the
+    segmentation one (``speakers/segmentation.py`` with the models in ``folder``): DER and its
+    parts, speakers, overlapped-speech precision/recall, seconds per audio minute."""
+    from deskscribe.speakers.diarize import diarize
+    from deskscribe.speakers.segmentation import SegmentationOptions, SegmentationPipeline
+
+    pipe = SegmentationPipeline(folder / "segmentation.onnx", folder / "embedding.onnx", folder)
+    options = SegmentationOptions(**({"threshold": threshold} if threshold else {}))
+    header = [
+        "set", "pipeline", "DER %", "missed %", "FA %", "confusion %", "speakers",
+        "overlap P %", "overlap R %", "s/min",
+    ]  # fmt: skip
+    body, rows = [], []
+    for s in sets:
+        uem, minutes = s.get("uem"), s["audio"].shape[0] / 16000 / 60
+        for name in ("shipped", "segmentation"):
+            start = time.perf_counter()
+            if name == "shipped":
+                hyp = [tuple(t) for t in diarize(s["audio"], encoder).turns]
+            else:
+                hyp = [tuple(t) for t in pipe(s["audio"], options).overlapping]
+            took = (time.perf_counter() - start) / minutes
+            der = pyannote_der(s["turns"], hyp, uem)
+            precision, recall = _overlap_pr(s["turns"], hyp, uem)
+            found, ref = _speakers_in(hyp, uem), _speakers_in(s["turns"], uem)
+            rows.append({"set": s["name"], "pipeline": name, **der, "found": found,
+                         "reference": ref, "overlap_p": precision, "overlap_r": recall,
+                         "s_per_min": took})  # fmt: skip
+            body.append([
+                s["name"], name, *(pct(der[k]) for k in ("der", "missed", "false_alarm",
+                                                         "confusion")),
+                f"{found}/{ref}", pct(precision), pct(recall), f"{took:.1f}",
+            ])  # fmt: skip
+            print(f"  {s['name']} {name}: DER {pct(der['der'])} %", file=sys.stderr)
+    for name in ("shipped", "segmentation"):
+        rs = [r for r in rows if r["pipeline"] == name]
+        mean = {
+            k: float(np.mean([r[k] for r in rs]))
+            for k in ("der", "missed", "false_alarm", "confusion")
+        }
+        within = sum(abs(r["found"] - r["reference"]) <= 1 for r in rs)
+        ps = [r["overlap_p"] for r in rs if r["overlap_p"] is not None]
+        rr = [r["overlap_r"] for r in rs if r["overlap_r"] is not None]
+        body.append([
+            "all (mean)", name, *(pct(mean[k]) for k in ("der", "missed", "false_alarm",
+                                                          "confusion")),
+            f"{within}/{len(rs)} within 1", pct(float(np.mean(ps)) if ps else None),
+            pct(float(np.mean(rr)) if rr else None),
+            f"{np.mean([r['s_per_min'] for r in rs]):.1f}",
+        ])  # fmt: skip
+    print(markdown_table(header, body))
+
+
+def _segmentation_models(given: str) -> tuple[Path, float | None, str]:
+    """(folder, AHC threshold to use or None for the recipe's, what to print)."""
+    from deskscribe.models.store import find_segmentation_model
+
+    if given != "auto":
+        return Path(given), None, f"{given} (the recipe's threshold)"
+    installed = find_segmentation_model()
+    if installed is not None:
+        return installed, None, f"{installed.name} (installed; the recipe's threshold)"
+    import segmentation_equal as se
+
+    folder = DEFAULT_CACHE / "segmentation-equal"
+    python = se.pyannote_python()
+    if not (folder / "embedding.onnx").exists():
+        if python is None:
+            raise SystemExit("no segmentation models: install community-1 or make the "
+                             "pyannote env (scripts/pyannote_env.sh) for the test weights")  # fmt: skip
+        se.run_pyannote(folder, [se.calibration_clip(se.default_clips())], None, python)
+    return (
+        folder,
+        se.THRESHOLD,
+        (
+            "the EQUALITY-TEST WEIGHTS (seeded random, not trained: these DERs say nothing of "
+            f"community-1's; AHC threshold {se.THRESHOLD} as in the proof)"
+        ),
+    )
+
+
 def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
@@ -355,6 +462,15 @@ def main(argv: list[str] | None = None) -> int:
         help="measure the speaker model's clustering threshold on the dev sets and store it "
         "in its manifest (diarization only; no Whisper)",
     )
+    p.add_argument(
+        "--pipelines",
+        nargs="?",
+        const="auto",
+        metavar="FOLDER",
+        help="diarization alone, the shipped pipeline beside the segmentation one with the "
+        "models in FOLDER (default: the installed community-1, else the equality bench's "
+        "seeded random weights, marked as such)",
+    )
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = p.parse_args(argv)
@@ -364,6 +480,16 @@ def main(argv: list[str] | None = None) -> int:
     from deskscribe.whisper.model import WhisperModel
 
     cache = args.cache
+    if args.pipelines:
+        encoder = SpeakerEncoder(speaker_model(cache, args.speaker_model), "cpu", args.threads)
+        names = args.sets.split(",")
+        sets = load_sets([n for n in names if n != "ami"], args.rotations, cache)
+        sets += load_ami(cache) if "ami" in names else []
+        folder, threshold, what = _segmentation_models(args.pipelines)
+        print(f"machine: {machine_line(args.threads)}")
+        print(f"speaker model: {encoder.name} ({encoder.kind}); segmentation: {what}\n")
+        measure_pipelines(sets, encoder, folder, threshold)
+        return 0
     if args.growing or args.long or args.overlap:
         encoder = SpeakerEncoder(speaker_model(cache, args.speaker_model), "cpu", args.threads)
         print(f"machine: {machine_line(args.threads)}")

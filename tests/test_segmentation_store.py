@@ -37,6 +37,7 @@ from deskscribe.speakers.segmentation import (
     SegmentationOptions,
     SegmentationPipeline,
 )
+from gui_support import app_env  # noqa: F401 (fixture)
 from hub_server import HubServer, load_repo
 from pyannote_weights import equality_weights, se
 
@@ -289,6 +290,14 @@ def test_file_labels_with_overlap(with_store, weights, tiny_model, encoder, tmp_
     srt, vtt = render(transcript, "srt"), render(transcript, "vtt")
     assert "[overlapping]" in srt and "[overlapping]" in vtt
     assert "[overlapping]" in render(transcript, "txt")
+    import io
+
+    import docx
+
+    paragraphs = docx.Document(io.BytesIO(render(transcript, "docx"))).paragraphs
+    marked = [p.text for p in paragraphs if "[overlapping]" in p.text]
+    overlapped = [s for s in transcript.segments if any(w.overlap for w in s.words)]
+    assert len(marked) == len(overlapped) > 0
 
     # "voices": the voice encoder's pipeline, which cannot hear overlap.
     from deskscribe import settings
@@ -336,3 +345,47 @@ def test_pass_at_stop_uses_it_within_its_time(
     monkeypatch.setattr(service, "SEGMENTATION_AT_STOP_SECONDS", 0.0)
     quick = service.label_recording(transcript, audio, encoder, options=options)
     assert quick.turns and not any(w.overlap for s in quick.segments for w in s.words)
+
+
+# --------------------------------------------------------------------------- in the app
+
+
+def test_models_page_installs_it(qtbot, app_env, hub, monkeypatch) -> None:  # noqa: F811
+    """Models → Transcription lists community-1 with its licences and the gated part; a
+    download without the hub's consent says how to get it; with it, the models install and
+    are listed as speaker labels with overlap."""
+    from deskscribe.gui.context import AppContext
+    from deskscribe.gui.models_panel import ModelsPanel
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    panel = ModelsPanel(AppContext())
+    qtbot.addWidget(panel)
+    panel.resize(905, 600)
+    panel.show()
+    qtbot.waitUntil(lambda: panel.catalog.rowCount() > 0, timeout=20_000)
+    row = next(
+        r for r in range(panel.catalog.rowCount())
+        if panel.catalog.item(r, 0).text().startswith(ENTRY.id)
+    )  # fmt: skip
+    tip = panel.catalog.item(row, 0).toolTip()
+    assert ENTRY.plda.repo_id in tip and "gated" in tip and "CC-BY-4.0" in tip
+    panel.catalog.selectRow(row)
+    panel.download_btn.click()
+    qtbot.waitUntil(lambda: panel.banner.kind == "error", timeout=60_000)
+    assert "gated" in panel.banner.text.text() and "hf auth login" in panel.banner.text.text()
+    assert find_segmentation_model(app_env.store) is None
+    token = hub.gated.pop(ENTRY.plda.repo_id)  # as after `hf auth login` on the real hub
+    try:
+        panel.catalog.selectRow(row)
+        panel.download_btn.click()
+        qtbot.waitUntil(lambda: "is installed" in panel.banner.text.text(), timeout=120_000)
+    finally:
+        hub.gated[ENTRY.plda.repo_id] = token
+    assert find_segmentation_model(app_env.store) is not None
+    qtbot.waitUntil(
+        lambda: any(
+            "with overlap" in (panel.table.item(r, 1).text() if panel.table.item(r, 1) else "")
+            for r in range(panel.table.rowCount())
+        ),
+        timeout=20_000,
+    )

@@ -159,6 +159,10 @@ class InstallJob(QObject):
 
                 assert self.source is not None
                 return install_llm(self.source, progress=report, cancel=cancel, overwrite=True)
+            if self.kind == "segmentation":
+                return install.install_segmentation_model(
+                    self.source, progress=report, cancel=cancel, overwrite=True
+                )
             if self.kind == "speaker":
                 return install.install_speaker_model(
                     self.source, progress=report, cancel=cancel, overwrite=True

@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..llm.catalog import LLM_CATALOG, STARTER_GOOD_FOR
-from ..models.catalog import CATALOG, SPEAKER_CATALOG
+from ..models.catalog import CATALOG, SEGMENTATION_CATALOG, SPEAKER_CATALOG
 from .context import AppContext
 from .model_jobs import (
     NOTES_KINDS,
@@ -91,7 +91,14 @@ class Installed:
 def scan_models(ctx: AppContext):
     """Installed models, the store folder and the recommendation (worker thread)."""
     from ..models.hardware import detect, recommend
-    from ..models.store import list_models, list_speaker_models, store_dir
+    from ..models.store import (
+        built_manifest,
+        find_segmentation_model,
+        folder_size,
+        list_models,
+        list_speaker_models,
+        store_dir,
+    )
 
     found = [
         Installed(m.name, m.path, False, m.variant, "many" if m.multilingual else "English",
@@ -101,6 +108,11 @@ def scan_models(ctx: AppContext):
         Installed(m.name, m.path, True, m.kind, "any", m.size_bytes, m.built_at)
         for m in list_speaker_models()
     ]  # fmt: skip
+    seg = find_segmentation_model()
+    if seg is not None:
+        built = built_manifest(seg) or {}
+        found.append(Installed(seg.name, seg, True, "with overlap", "any", folder_size(seg),
+                               str(built.get("built_at", ""))))  # fmt: skip
     return found, store_dir(), recommend(detect()), ctx.get("default_model")
 
 
@@ -548,6 +560,12 @@ class ModelsPanel(QWidget):
         rows += [(e.id, e.folder in installed_ids, False,
                   [f"{e.size_mb:,} MB", "any", e.good_for, "any computer"], e.repo_id, True)
                  for e in SPEAKER_CATALOG]  # fmt: skip
+        rows += [(e.id, e.folder in installed_ids, False,
+                  [f"{e.size_mb:,} MB", "any", e.good_for, "any computer; about 27 s per "
+                   "audio minute on 2 cores"],
+                  " · ".join(f"{p.repo_id} ({p.licence}{', gated' if p.gated else ''})"
+                             for p in e.parts), "segmentation")
+                 for e in SEGMENTATION_CATALOG]  # fmt: skip
         self.catalog.setRowCount(len(rows))
         for r, (model_id, have, recommended, cells, tip, speaker) in enumerate(rows):
             name = model_id + ("  ✓ installed" if have else "")
@@ -659,7 +677,7 @@ class ModelsPanel(QWidget):
         entry = self.selected_entry()
         if entry:
             model_id, speaker = entry
-            kind = "speaker" if speaker else "speech"
+            kind = speaker if isinstance(speaker, str) else "speaker" if speaker else "speech"
             self._run(InstallJob(self.ctx, model_id, self.variant, kind=kind, label=model_id))
 
     def install_starter(self) -> None:

@@ -12,6 +12,7 @@ found, not inventions, and says so.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable
@@ -114,6 +115,11 @@ def segmentation_pipeline(warn: Callable[[str], None] | None = None):
         return None
     folder = find_segmentation_model()
     if folder is None:
+        return None
+    if importlib.util.find_spec("scipy") is None:  # the AHC start (not in the bundle)
+        _say(warn, f"overlap-aware speaker labels not used: {folder.name} needs scipy, which "
+                   "this installation lacks (pip install 'deskscribe[segmentation]'); labelled "
+                   "by voice instead")  # fmt: skip
         return None
     try:
         return _load_segmentation(str(folder), (folder / "manifest.json").stat().st_mtime)
