@@ -27,7 +27,7 @@ from deskscribe.models.catalog import SEGMENTATION_CATALOG
 from deskscribe.models.download import GatedError
 from deskscribe.models.install import install_segmentation_model
 from deskscribe.models.segmentation_build import weighted_pooling
-from deskscribe.models.store import find_segmentation_model
+from deskscribe.models.store import find_segmentation_model, list_models
 from deskscribe.speakers.convert import CheckpointFormatError
 from deskscribe.speakers.diarize import DiarizeOptions, transcribe_words
 from deskscribe.speakers.encoder import SpeakerEncoder
@@ -230,7 +230,10 @@ def test_installed_from_the_hub(store: Path, weights) -> None:
     b = theirs.run(None, {"fbank": fbank, "weights": masks})[0]
     assert np.abs(a - b).max() < 1e-5 * max(1.0, np.abs(b).max())
     listed = run_cli(["models", "list"], store)
-    assert "speakers/overlap" in listed.stdout and ENTRY.folder in listed.stdout
+    lines = [line for line in listed.stdout.splitlines() if ENTRY.folder in line]
+    assert len(lines) == 1 and "speakers/overlap" in lines[0], listed.stdout
+    # Not a Whisper model: never picked to transcribe with.
+    assert ENTRY.folder not in [m.name for m in list_models(store)]
 
 
 # --------------------------------------------------------------------------- files, Stop

@@ -120,7 +120,7 @@ def folder_size(folder: Path) -> int:
 def list_models(root: Path | None = None) -> list[InstalledModel]:
     found = []
     for folder, data in _installed(root):
-        if data.get("task") == SPEAKER_TASK:  # speaker models: see list_speaker_models
+        if data.get("task") in (SPEAKER_TASK, SEGMENTATION_TASK):  # see list_speaker_models
             continue
         found.append(
             InstalledModel(
