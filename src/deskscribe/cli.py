@@ -112,9 +112,16 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     v = msub.add_parser("verify", help="check an installed model's files against their checksums")
     v.add_argument("name")
-    msub.add_parser(
+    rec = msub.add_parser(
         "recommend", help="the models (Whisper, and notes) that suit this computer, and why"
     )
+    rec.add_argument(
+        "--measure",
+        action="store_true",
+        help="time each candidate's encoder on this CPU (a few seconds each, no download) "
+        "and recommend from the figures",
+    )
+    rec.add_argument("--threads", type=int, default=0, help="CPU threads to measure with (0: all)")
     cli_live.add_parsers(sub)
     cli_profiles.add_parsers(sub)
     cli_notes.add_parsers(sub)
@@ -270,7 +277,21 @@ def _models(args: argparse.Namespace) -> int:
             from .models.hardware import detect, recommend
 
             rec = recommend(detect())
-            print(f"{rec.model} ({rec.variant}, {rec.device}): {rec.reason}")
+            if args.measure and rec.device == "cpu":
+                from .models.measure import measure_and_choose
+
+                def said(done: float, total: float, name: str = "") -> None:
+                    if name:
+                        print(f"measuring {name} ({done:.0f} of {total:.0f})", file=sys.stderr)
+
+                choice = measure_and_choose(args.threads, progress=said)
+                for name, seconds in choice.measured.encoder_s.items():
+                    speed = choice.measured.speed(name)
+                    print(f"  {name:16} {seconds:6.2f} s per 30 s window, files about "
+                          f"{speed:.0f}x real time")  # fmt: skip
+                print(f"{choice.model} (int8, cpu): {choice.reason}")
+            else:
+                print(f"{rec.model} ({rec.variant}, {rec.device}): {rec.reason}")
             from .llm.hardware import memory, recommend_llm, unused_gpu_hint
 
             here = memory()

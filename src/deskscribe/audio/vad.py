@@ -72,6 +72,22 @@ def _sequence_sessions() -> tuple[ort.InferenceSession, ort.InferenceSession, np
     """The shipped model cut in two: its frame encoder (convolutions, any number of frames in
     one run) and its LSTM as an ONNX ``LSTM`` over a whole sequence of frames (one run for
     all of them). Returns (encoder, lstm, output layer [128 weights + bias])."""
+    from ..graph_cache import cached
+
+    opts = _session_options()
+
+    def load(blobs: list[bytes]):
+        encoder, lstm, out = blobs
+        return (
+            ort.InferenceSession(encoder, opts, providers=[_CPU]),
+            ort.InferenceSession(lstm, opts, providers=[_CPU]),
+            np.frombuffer(out, np.float32).copy(),
+        )
+
+    return cached("silero-split", _split_model, load, MODEL_PATH.stat().st_size)
+
+
+def _split_model(_size: int) -> list[bytes]:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -110,12 +126,7 @@ def _sequence_sessions() -> tuple[ort.InferenceSession, ort.InferenceSession, np
     out = np.concatenate(
         [w["model.decoder.decoder.2.weight"].reshape(-1), w["model.decoder.decoder.2.bias"]]
     ).astype(np.float32)
-    opts = _session_options()
-    return (
-        ort.InferenceSession(encoder.SerializeToString(), opts, providers=[_CPU]),
-        ort.InferenceSession(lstm.SerializeToString(), opts, providers=[_CPU]),
-        out,
-    )
+    return [encoder.SerializeToString(), lstm.SerializeToString(), out.tobytes()]
 
 
 class SequenceVAD:

@@ -3,6 +3,7 @@ recommend and why (one sentence), and one button that downloads it — or the of
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -18,11 +19,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..errors import Cancelled
 from ..models.catalog import CATALOG
 from .context import AppContext
 from .model_jobs import InstallJob, starter_available
 from .widgets import Banner, heading, muted
 from .workers import run_in_worker
+
+log = logging.getLogger(__name__)
 
 
 def describe_hardware(hw) -> str:
@@ -42,11 +46,25 @@ def describe_hardware(hw) -> str:
     return f"This computer: {hw.cpu_count} CPU cores, {gpu}."
 
 
-def detect_and_recommend():
-    from ..models.hardware import detect, recommend
+def detect_and_recommend(progress=None, cancel=None):
+    """The hardware and the recommendation: on a computer without a GPU DeskScribe can use,
+    measured (each candidate's encoder timed on this CPU, ``models/measure.py``)."""
+    from ..models.hardware import Recommendation, detect, recommend
 
     hw = detect()
-    return hw, recommend(hw)
+    rec = recommend(hw)
+    if rec.device == "cpu":
+        from ..models.measure import measure_and_choose
+
+        try:
+            choice = measure_and_choose(0, progress=progress, cancel=cancel)
+        except Cancelled:
+            raise
+        except Exception:  # the guess by core count stays: the app must still start
+            log.warning("timing the models on this CPU failed", exc_info=True)
+        else:
+            rec = Recommendation(choice.model, "int8", "cpu", choice.reason)
+    return hw, rec
 
 
 class FirstRunDialog(QDialog):
@@ -124,7 +142,13 @@ class FirstRunDialog(QDialog):
         for b in (self.starter_btn, self.cancel_btn, self.download_btn, self.done_btn):
             buttons.addWidget(b)
         lay.addLayout(buttons)
-        run_in_worker(detect_and_recommend, on_done=self._recommended, on_error=self._no_hw)
+        self.reason.setText("Timing the models on this computer's CPU (a few seconds)…")
+        self.measuring = run_in_worker(
+            detect_and_recommend,
+            on_done=self._recommended,
+            on_error=self._no_hw,
+            on_progress=self._measuring,
+        )
 
     # ------------------------------------------------------------------ recommendation
 
@@ -136,6 +160,13 @@ class FirstRunDialog(QDialog):
             mark = "  — recommended" if e.id == recommended else ""
             self.model_combo.addItem(f"{e.id} ({e.size_mb:,} MB download){mark}", e.id)
         self.download_btn.setEnabled(True)
+
+    def _measuring(self, done: float, total: float, name: str = "") -> None:
+        if name:
+            self.reason.setText(
+                f"Timing the models on this computer's CPU: Whisper {name} "
+                f"({done:.0f} of {total:.0f} done)…"
+            )
 
     def _recommended(self, result) -> None:
         hw, rec = result
@@ -229,6 +260,7 @@ class FirstRunDialog(QDialog):
             self._start(self.job.again())
 
     def reject(self) -> None:
+        self.measuring.cancel()
         if self.job is not None and self.job.running:
             self.cancel()
             return  # closes only once the job has stopped (nothing half-installed)

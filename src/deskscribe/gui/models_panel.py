@@ -10,6 +10,7 @@ binding) runs on a worker; downloads run through `InstallJob`, one at a time for
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -463,8 +464,19 @@ class ModelsPanel(QWidget):
         lay.addLayout(row)
 
         lay.addWidget(heading("Available to download", 1.1))
+        measure_row = QHBoxLayout()
         self.recommendation = muted("")
-        lay.addWidget(self.recommendation)
+        measure_row.addWidget(self.recommendation, 1)
+        self.measure_btn = QPushButton("Measure this computer")
+        self.measure_btn.setToolTip(
+            "Time each model's encoder on this CPU (a few seconds each, nothing is downloaded) "
+            "and recommend from the figures"
+        )
+        self.measure_btn.clicked.connect(self.measure)
+        measure_row.addWidget(self.measure_btn, 0, Qt.AlignmentFlag.AlignTop)
+        lay.addLayout(measure_row)
+        self.measured = None  # models.measure.MeasuredChoice, once measured
+        self.measuring = None
         self.catalog = _table(["Model", "Download", "Languages", "Good for", "Runs well on"])
         self.catalog.itemSelectionChanged.connect(self._update_buttons)
         self.catalog.doubleClicked.connect(lambda _i: self.download())
@@ -552,6 +564,10 @@ class ModelsPanel(QWidget):
             self.banner.hide()
         installed_ids = {m.name.rsplit("-", 1)[0] for m in speech}
         installed_ids |= {m.name for m in self.installed if m.speaker}
+        self._found = found
+        if self.measured is not None and rec.device == "cpu":
+            rec = dataclasses.replace(rec, model=self.measured.model, variant="int8",
+                                      reason=self.measured.reason)  # fmt: skip
         self.recommendation.setText(f"Recommended here: {rec.model} ({rec.variant}). {rec.reason}")
         rows = [(e.id, e.id in installed_ids, e.id == rec.model,
                  [f"{e.size_mb:,} MB", "100" if e.multilingual else "English", e.good_for,
@@ -577,6 +593,35 @@ class ModelsPanel(QWidget):
                 self.catalog.setItem(r, c, item)
         self.catalog.resizeRowsToContents()
         self._update_buttons()
+
+    def measure(self) -> None:
+        """Time the candidates on this CPU in a worker; the recommendation then quotes it."""
+        from ..models.measure import measure_and_choose
+
+        self.measure_btn.setEnabled(False)
+        self.recommendation.setText("Timing the models on this computer's CPU…")
+
+        def progress(done: float, total: float, name: str = "") -> None:
+            if name:
+                self.recommendation.setText(
+                    f"Timing the models on this computer's CPU: Whisper {name} "
+                    f"({done:.0f} of {total:.0f} done)…"
+                )
+
+        def done(choice) -> None:
+            self.measured = choice
+            self.measure_btn.setEnabled(True)
+            if getattr(self, "_found", None) is not None:
+                self._show(self._found)
+
+        def failed(exc: BaseException) -> None:
+            self.measure_btn.setEnabled(True)
+            self.recommendation.setText(f"Could not time the models here ({exc}).")
+
+        self.measuring = run_in_worker(
+            lambda progress=None, cancel=None: measure_and_choose(0, progress, cancel),
+            on_done=done, on_error=failed, on_progress=progress,
+        )  # fmt: skip
 
     def selected_model(self):
         rows = self.table.selectionModel().selectedRows()

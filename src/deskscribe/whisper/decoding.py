@@ -186,6 +186,20 @@ def _top_session(threads: int) -> ort.InferenceSession:
     """TopK and log-softmax of the picks per row, in ONNX Runtime: numpy's argpartition
     slows down ten times on rows that are mostly -inf (as the timestamp rules make them),
     and ORT's own ReduceLogSumExp is slower than max / exp / sum / log spelled out."""
+    from ..graph_cache import cached
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return cached(
+        "top-candidates",
+        _top_graph,
+        lambda blobs: ort.InferenceSession(blobs[0], opts, providers=["CPUExecutionProvider"]),
+    )
+
+
+def _top_graph() -> list[bytes]:
     from onnx import TensorProto, helper
 
     nodes = [
@@ -213,11 +227,7 @@ def _top_session(threads: int) -> ort.InferenceSession:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return [model.SerializeToString()]
 
 
 def top_candidates(logits: np.ndarray, k: int, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto
 
+from .graph_version import GRAPH_VERSION  # noqa: F401 (re-exported: the builder's)
 from .onnx_writer import GraphWriter
 from .weights import Checkpoint
 
 VARIANTS = ("fp32", "fp16", "int8")
-GRAPH_VERSION = 7  # bump when the graphs change: built models must be rebuilt
 
 
 @dataclass

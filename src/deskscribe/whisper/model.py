@@ -22,7 +22,8 @@ import numpy as np
 import onnxruntime as ort
 
 from ..errors import DeskScribeError
-from .graph import GRAPH_VERSION
+from ..graph_cache import cached
+from .graph_version import GRAPH_VERSION
 from .runtime import (
     CPU,
     CUDA,
@@ -183,10 +184,13 @@ class WhisperModel:
             providers: list = [(provider, provider_options(provider))]
             if provider != CPU:
                 providers.append(CPU)
-            self._cache_sessions[key] = ort.InferenceSession(
-                cache_graph(self.dims.n_text_layer, self.np_dtype),
-                sess_options=session_options(provider, self.runtime.threads),
-                providers=providers,
+            opts = session_options(provider, self.runtime.threads)
+            self._cache_sessions[key] = cached(
+                "kv-cache",
+                _cache_graph_blobs,
+                lambda b: ort.InferenceSession(b[0], sess_options=opts, providers=providers),
+                self.dims.n_text_layer,
+                np.dtype(self.np_dtype).name,
             )
         return self._cache_sessions[key]
 
@@ -505,6 +509,10 @@ def _host(value: object) -> np.ndarray:
 
 def _device(value: np.ndarray, device: str) -> ort.OrtValue:
     return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), device, 0)
+
+
+def _cache_graph_blobs(n_layers: int, dtype: str) -> list[bytes]:
+    return [cache_graph(n_layers, np.dtype(dtype).type)]
 
 
 def cache_graph(n_layers: int, dtype: type) -> bytes:
