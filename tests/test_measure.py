@@ -105,3 +105,43 @@ def test_models_page_measures_this_computer(qtbot, app_env, monkeypatch) -> None
     ]
     assert marked == [f"{choice.model}  — recommended"], marked
     assert panel.measure_btn.isEnabled()
+
+
+def test_first_run_measures_after_showing_the_guess(qtbot, app_env, monkeypatch) -> None:  # noqa: F811
+    """Download works at once on the guess by cores; the measured recommendation replaces it
+    when it comes, unless the user picked another model meanwhile."""
+    import threading
+
+    from deskscribe.gui.context import AppContext
+    from deskscribe.gui.first_run import FirstRunDialog
+
+    two = {k: measure.CANDIDATES[k] for k in ("tiny", "base")}
+    monkeypatch.setattr(measure, "CANDIDATES", two)
+    real, gate = measure.measure_and_choose, threading.Event()
+
+    def gated(*args, **kwargs):  # the real measurement, once the test lets it start
+        gate.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "measure_and_choose", gated)
+    for user_picks in (False, True):
+        gate.clear()
+        dialog = FirstRunDialog(AppContext())
+        qtbot.addWidget(dialog)
+        dialog.show()
+        qtbot.waitUntil(lambda d=dialog: d.download_btn.isEnabled(), timeout=20_000)
+        assert dialog.measure_note.isVisible() and dialog.measuring.running
+        guess = dialog.recommended
+        if user_picks:
+            dialog.select_model("tiny.en")
+        gate.set()
+        qtbot.waitUntil(lambda d=dialog: not d.measuring.running, timeout=120_000)
+        qtbot.waitUntil(lambda d=dialog: not d.measure_note.isVisible(), timeout=10_000)
+        if user_picks:
+            assert dialog.model_combo.currentData() == "tiny.en"
+            assert dialog.recommended == guess
+        else:
+            assert "Measured on this computer" in dialog.reason.text()
+            assert dialog.recommended in two
+            assert dialog.model_combo.currentData() == dialog.recommended
+        dialog.reject()

@@ -46,25 +46,27 @@ def describe_hardware(hw) -> str:
     return f"This computer: {hw.cpu_count} CPU cores, {gpu}."
 
 
-def detect_and_recommend(progress=None, cancel=None):
-    """The hardware and the recommendation: on a computer without a GPU DeskScribe can use,
-    measured (each candidate's encoder timed on this CPU, ``models/measure.py``)."""
-    from ..models.hardware import Recommendation, detect, recommend
+def detect_and_recommend():
+    from ..models.hardware import detect, recommend
 
     hw = detect()
-    rec = recommend(hw)
-    if rec.device == "cpu":
-        from ..models.measure import measure_and_choose
+    return hw, recommend(hw)
 
-        try:
-            choice = measure_and_choose(0, progress=progress, cancel=cancel)
-        except Cancelled:
-            raise
-        except Exception:  # the guess by core count stays: the app must still start
-            log.warning("timing the models on this CPU failed", exc_info=True)
-        else:
-            rec = Recommendation(choice.model, "int8", "cpu", choice.reason)
-    return hw, rec
+
+def measured_recommendation(progress=None, cancel=None):
+    """The recommendation measured on this CPU (``models/measure.py``); None when timing
+    failed (the guess by core count then stays)."""
+    from ..models.hardware import Recommendation
+    from ..models.measure import measure_and_choose
+
+    try:
+        choice = measure_and_choose(0, progress=progress, cancel=cancel)
+    except Cancelled:
+        raise
+    except Exception:  # the app must still start
+        log.warning("timing the models on this CPU failed", exc_info=True)
+        return None
+    return Recommendation(choice.model, "int8", "cpu", choice.reason)
 
 
 class FirstRunDialog(QDialog):
@@ -101,7 +103,9 @@ class FirstRunDialog(QDialog):
         row = QHBoxLayout()
         row.addWidget(QLabel("Model"))
         row.addWidget(self.model_combo, 1)
-        for w in (self.hardware, self.recommendation, self.reason):
+        self.measure_note = muted("")
+        self.measure_note.hide()
+        for w in (self.hardware, self.recommendation, self.reason, self.measure_note):
             bl.addWidget(w)
         bl.addLayout(row)
         lay.addWidget(box)
@@ -142,13 +146,9 @@ class FirstRunDialog(QDialog):
         for b in (self.starter_btn, self.cancel_btn, self.download_btn, self.done_btn):
             buttons.addWidget(b)
         lay.addLayout(buttons)
-        self.reason.setText("Timing the models on this computer's CPU (a few seconds)…")
-        self.measuring = run_in_worker(
-            detect_and_recommend,
-            on_done=self._recommended,
-            on_error=self._no_hw,
-            on_progress=self._measuring,
-        )
+        self.measuring = None
+        self.recommended: str | None = None
+        run_in_worker(detect_and_recommend, on_done=self._recommended, on_error=self._no_hw)
 
     # ------------------------------------------------------------------ recommendation
 
@@ -163,14 +163,37 @@ class FirstRunDialog(QDialog):
 
     def _measuring(self, done: float, total: float, name: str = "") -> None:
         if name:
-            self.reason.setText(
+            self.measure_note.setText(
                 f"Timing the models on this computer's CPU: Whisper {name} "
                 f"({done:.0f} of {total:.0f} done)…"
             )
 
     def _recommended(self, result) -> None:
+        """The guess from the hardware at once (Download works right away); on a CPU the
+        models are then timed here, and the measured recommendation replaces the guess
+        unless the user chose another model or started a download meanwhile."""
         hw, rec = result
         self.hardware.setText(describe_hardware(hw))
+        self._show_recommendation(rec)
+        if rec.device == "cpu":
+            self.measure_note.setText("Timing the models on this computer's CPU…")
+            self.measure_note.show()
+            self.measuring = run_in_worker(
+                measured_recommendation,
+                on_done=self._measured,
+                on_error=lambda exc: self.measure_note.hide(),
+                on_progress=self._measuring,
+            )
+
+    def _measured(self, rec) -> None:
+        self.measure_note.hide()
+        chosen = self.model_combo.currentData()
+        if rec is None or self.job is not None or chosen != self.recommended:
+            return
+        self._show_recommendation(rec)
+
+    def _show_recommendation(self, rec) -> None:
+        self.recommended = rec.model
         entry = next((e for e in CATALOG if e.id == rec.model), None)
         size = f" ({entry.size_mb:,} MB download)" if entry else ""
         self.recommendation.setText(f"<b>Recommended: Whisper {rec.model}</b>{size}")
@@ -180,6 +203,7 @@ class FirstRunDialog(QDialog):
 
     def _no_hw(self, exc: BaseException) -> None:
         self.hardware.setText(f"Could not look at the hardware ({exc}); assuming a CPU.")
+        self.recommended = "base"
         self.recommendation.setText("<b>Recommended: Whisper base</b>")
         self.reason.setText("Whisper base is accurate and quick on any recent computer.")
         self._fill_models("base", "int8")
@@ -260,7 +284,8 @@ class FirstRunDialog(QDialog):
             self._start(self.job.again())
 
     def reject(self) -> None:
-        self.measuring.cancel()
+        if self.measuring is not None:
+            self.measuring.cancel()
         if self.job is not None and self.job.running:
             self.cancel()
             return  # closes only once the job has stopped (nothing half-installed)
