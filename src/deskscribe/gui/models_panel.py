@@ -476,7 +476,6 @@ class ModelsPanel(QWidget):
         measure_row.addWidget(self.measure_btn, 0, Qt.AlignmentFlag.AlignTop)
         lay.addLayout(measure_row)
         self.measured = None  # models.measure.MeasuredChoice, once measured
-        self.measuring = None
         self.catalog = _table(["Model", "Download", "Languages", "Good for", "Runs well on"])
         self.catalog.itemSelectionChanged.connect(self._update_buttons)
         self.catalog.doubleClicked.connect(lambda _i: self.download())
@@ -618,7 +617,7 @@ class ModelsPanel(QWidget):
             self.measure_btn.setEnabled(True)
             self.recommendation.setText(f"Could not time the models here ({exc}).")
 
-        self.measuring = run_in_worker(
+        run_in_worker(
             lambda progress=None, cancel=None: measure_and_choose(0, progress, cancel),
             on_done=done, on_error=failed, on_progress=progress,
         )  # fmt: skip

@@ -18,20 +18,15 @@ the right shape), and the folder is filled under a hidden name and renamed into 
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..fsutil import fsync_dir, sha256_file
 from ..speakers.convert import CheckpointFormatError
-from ..whisper.model import MANIFEST
+from .speaker_build import write_model_folder
 from .store import SEGMENTATION_FILES, SEGMENTATION_TASK, check_replaceable
 
 SEG_FRAMES = 589  # segmentation-3.0's frames per 10 s window
@@ -233,31 +228,20 @@ def install_segmentation_parts(
         model = onnx.load(str(wespeaker))
     except Exception as err:
         raise CheckpointFormatError(f"{wespeaker.name} is not an ONNX model ({err})") from None
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.building-", dir=dest.parent))
-    try:
-        if len(model.graph.input) - len(model.graph.initializer) < 2:
-            model = weighted_pooling(model)
-        onnx.save(model, work / "embedding.onnx")
+
+    def write(work: Path) -> dict:
+        onnx.save(
+            model if _takes_weights(model) else weighted_pooling(model), work / "embedding.onnx"
+        )
         shutil.copyfile(segmentation, work / "segmentation.onnx")
         for f in ("xvec_transform.npz", "plda.npz"):
             shutil.copyfile(plda / f, work / f)
         details = check_parts(work / "segmentation.onnx", work / "embedding.onnx", work)
-        manifest = {
-            "name": name or dest.name,
-            "task": SEGMENTATION_TASK,
-            "kind": "pyannote-community-1",
-            **details,
-            "sources": sources or {},
-            "files_sha256": {f: sha256_file(work / f) for f in SEGMENTATION_FILES},
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        (work / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        fsync_dir(work)
-        os.chmod(work, 0o755)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(work, dest)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return dest
+        return {"kind": "pyannote-community-1", **details, "sources": sources or {}}
+
+    return write_model_folder(dest, name, overwrite, write, SEGMENTATION_TASK, SEGMENTATION_FILES)
+
+
+def _takes_weights(model: onnx.ModelProto) -> bool:
+    """Whether the model already has a second (frame weights) input."""
+    return len(model.graph.input) - len(model.graph.initializer) >= 2

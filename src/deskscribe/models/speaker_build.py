@@ -56,9 +56,10 @@ def convert_resemblyzer(
             "hop_length": 160,
             "partial_frames": 160,
             "embedding_dim": int(weights["linear.weight"].shape[0]),
+            "onnx_file": ONNX_FILE,
         }
 
-    return _write_model_folder(dest, name, overwrite, write)
+    return write_model_folder(dest, name, overwrite, write)
 
 
 def install_wespeaker_onnx(
@@ -111,25 +112,31 @@ def install_wespeaker_onnx(
             "frame_length_ms": 25,
             "frame_shift_ms": 10,
             "embedding_dim": int(out.shape[1]),
+            "onnx_file": ONNX_FILE,
         }
 
-    return _write_model_folder(dest, name, overwrite, write)
+    return write_model_folder(dest, name, overwrite, write)
 
 
-def _write_model_folder(
-    dest: Path, name: str | None, overwrite: bool, write: Callable[[Path], dict]
+def write_model_folder(
+    dest: Path,
+    name: str | None,
+    overwrite: bool,
+    write: Callable[[Path], dict],
+    task: str = SPEAKER_TASK,
+    files: tuple[str, ...] = (ONNX_FILE,),
 ) -> Path:
-    """Fill a hidden sibling folder with ``write`` + manifest, then rename it into place."""
+    """Fill a hidden sibling folder with ``write`` (which returns the manifest's details) and
+    a manifest of ``task`` with the checksums of ``files``, then rename it into place."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.building-", dir=dest.parent))
     try:
         details = write(work)
         manifest = {
             "name": name or dest.name,
-            "task": SPEAKER_TASK,
+            "task": task,
             **details,
-            "onnx_file": ONNX_FILE,
-            "files_sha256": {ONNX_FILE: sha256_file(work / ONNX_FILE)},
+            "files_sha256": {f: sha256_file(work / f) for f in files},
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
