@@ -24,7 +24,17 @@ from gui_support import app_env  # noqa: F401 (fixture)
 
 @pytest.fixture(scope="module")
 def figures() -> dict[int, measure.Measured]:
-    return {t: measure.measure(t, ["tiny", "base"]) for t in (2, 1)}
+    """Each thread count measured three times, interleaved (2, 1, 2, 1, ...), and the fastest
+    figure of each model kept: other programs on a shared CI machine only ever add time, and
+    one busy second during one measurement must not make two threads look as slow as one (a
+    CI run saw base at 0.54 s on two threads against 0.26 s when idle)."""
+    runs = [(t, measure.measure(t, ["tiny", "base"])) for _ in range(3) for t in (2, 1)]
+    return {
+        t: measure.Measured(
+            {m: min(r.encoder_s[m] for u, r in runs if u == t) for m in ("tiny", "base")}, t
+        )
+        for t in (2, 1)
+    }
 
 
 def test_estimate_matches_the_real_model(tiny_ct2) -> None:
