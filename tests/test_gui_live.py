@@ -18,7 +18,7 @@ from PySide6.QtCore import Qt
 
 from conftest import espeak, load, normalize
 from conversations import SCRIPT_2, build
-from deskscribe.audio.sessions import find_interrupted, read_track
+from deskscribe.audio.sessions import find_interrupted, list_sessions, read_track
 from deskscribe.gui.app import MainWindow
 from deskscribe.gui.context import AppContext
 from deskscribe.gui.live_panel import LivePanel
@@ -322,7 +322,10 @@ def test_app_killed_mid_session_is_restored_on_next_start(
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
         deadline = time.monotonic() + 90
-        while not list(app_env.data.glob("sessions/*/session.json")):
+        # Play once the recorder writes samples, not when the session folder appears: under
+        # load the stream can open a second later, and the first sentence would be cut off
+        # (one CI run lost "good morning everyone" so).
+        while not (found := list_sessions(app_env.data / "sessions")) or found[0].duration_s < 0.2:
             assert app.poll() is None, app.stderr.read().decode()
             assert time.monotonic() < deadline, "the app did not start recording"
             time.sleep(0.1)
