@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -224,3 +225,28 @@ def test_median_filter_is_the_median_of_each_window(width: int) -> None:
     padded = np.pad(x, [(0, 0), (0, 0), (pad, pad)], mode="reflect")
     expected = np.median(np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1), axis=-1)
     np.testing.assert_array_equal(_median_filter(x, width), expected)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["sequential", "batched"])
+def test_max_new_tokens_and_suppress_tokens_reach_the_decoder(tiny_model, batched: bool) -> None:
+    """faster-whisper's two knobs, as the turbo side-by-side bench uses them: a cap on the
+    tokens of each window, and a set of tokens never sampled (here the default set plus the
+    word JFK says most, so the text must do without it)."""
+    from conftest import EVAL
+    from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
+
+    jfk = load(EVAL / "jfk.flac")
+    tk = tiny_model.tokenizer
+    plain = TranscribeOptions(language="en", batched=batched, temperatures=(0.0,))
+    full = list(transcribe_blocks(tiny_model, [jfk], plain))
+    assert "country" in " ".join(s.text for s in full).lower()
+
+    capped = list(transcribe_blocks(tiny_model, [jfk], replace(plain, max_new_tokens=6)))
+    assert capped and all(len(tk.encode(s.text)) <= 6 for s in capped), [s.text for s in capped]
+    assert sum(len(s.text) for s in capped) < sum(len(s.text) for s in full)
+
+    default = WindowDecoder(tiny_model, DecodingOptions()).suppress_ids()
+    country = {*tk.encode(" country"), *tk.encode(" Country"), *tk.encode("country")}
+    without = replace(plain, suppress_tokens=(*default, *sorted(country)))
+    text = " ".join(s.text for s in transcribe_blocks(tiny_model, [jfk], without))
+    assert text.strip() and "country" not in text.lower(), text

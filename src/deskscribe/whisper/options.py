@@ -55,6 +55,11 @@ class TranscribeOptions:
     batched: bool = False
     batch_size: int = 0
     vad: VadOptions | None = None  # None: batched.default_vad_options()
+    # As faster-whisper's: at most this many tokens per window (None: half the text context),
+    # and the token ids never sampled (None: the non-speech symbols and the special tokens;
+    # a list replaces that set). Benches suppress end-of-text to decode a fixed length.
+    max_new_tokens: int | None = None
+    suppress_tokens: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -119,6 +124,8 @@ def decoding_options(
         patience=opt.patience,
         prompt=prompt or None,
         without_timestamps=without_timestamps,
+        sample_len=opt.max_new_tokens,
+        suppress_tokens=None if opt.suppress_tokens is None else list(opt.suppress_tokens),
     )
 
 
