@@ -7,11 +7,13 @@ repositories the catalog names, the PLDA's gated. WeSpeaker's hub file pools eve
 alike: the store rewrites its pooling into pyannote's weighted one, which must give what
 pyannote's own weighted model gives. Then real speech (18 s of an AMI meeting) through
 Whisper tiny.en, ``label_file`` and ``label_recording``: labels from the segmentation
-pipeline, words said under a second voice marked, "[overlapping]" in the subtitles.
+pipeline, words said under a second voice marked, "[overlapping]" in the subtitles; live
+revisions that run only the new windows and label as one pass over the whole would.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -34,8 +36,10 @@ from deskscribe.speakers.encoder import SpeakerEncoder
 from deskscribe.speakers.features import wespeaker_features
 from deskscribe.speakers.segmentation import (
     FRAME_STEP,
+    SegmentationCache,
     SegmentationOptions,
     SegmentationPipeline,
+    chunk_starts,
 )
 from gui_support import app_env  # noqa: F401 (fixture)
 from hub_server import HubServer, load_repo
@@ -348,6 +352,116 @@ def test_pass_at_stop_uses_it_within_its_time(
     monkeypatch.setattr(service, "SEGMENTATION_AT_STOP_SECONDS", 0.0)
     quick = service.label_recording(transcript, audio, encoder, options=options)
     assert quick.turns and not any(w.overlap for s in quick.segments for w in s.words)
+
+
+# --------------------------------------------------------------------------- live
+
+
+def _windows(samples: int) -> int:
+    return len(chunk_starts(samples, 16000, 160000))
+
+
+def _whole_windows(samples: int) -> int:
+    return (samples - 160000) // 16000 + 1 if samples >= 160000 else 0
+
+
+def test_growing_passes_equal_one_pass(weights) -> None:
+    """Passes over a growing recording run only the windows they have not seen whole, and end
+    where one pass over the whole recording does; another recording starts again."""
+    folder, _ = weights
+    pipe = SegmentationPipeline(folder / "segmentation.onnx", folder / "embedding.onnx", folder)
+    audio = se.read_audio(CALL, None)
+    options = SegmentationOptions(num_speakers=2)
+    cache = SegmentationCache()
+    seen = 0
+    for seconds in (12.0, 21.5, len(audio) / 16000):
+        samples = int(seconds * 16000)
+        grown = pipe(audio[:samples], options, cache=cache)
+        assert cache.computed == _windows(samples) - _whole_windows(seen), seconds
+        seen = samples
+    whole = pipe(audio, options)
+    assert grown.segmentations.shape == whole.segmentations.shape
+    assert np.array_equal(grown.segmentations, whole.segmentations)
+    assert np.allclose(grown.embeddings, whole.embeddings, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(grown.discrete, whole.discrete)
+    assert np.array_equal(grown.exclusive, whole.exclusive)
+    # Other samples where the cache looked (a new session in the same track): from scratch.
+    pipe(audio[: 12 * 16000] * 0.5, options, cache=cache)
+    assert cache.computed == _windows(12 * 16000)
+
+
+def _partition_equal(a: dict, b: dict) -> bool:
+    """The same words grouped alike (the names may differ)."""
+    pairs = {(a[k], b.get(k)) for k in a}
+    return a.keys() == b.keys() and len(pairs) == len({x for x, _ in pairs}) == len(
+        {y for _, y in pairs}
+    )
+
+
+def test_live_revisions_use_it_while_it_keeps_up(with_store, weights, tiny_model, encoder) -> None:
+    from deskscribe.service.live.relabel import revise_labels
+    from deskscribe.service.live.store import TranscriptStore, word_key
+    from deskscribe.service.speakers import label_recording
+    from deskscribe.speakers.assign import assign_speakers
+    from deskscribe.speakers.growing import GrowingTrack
+    from deskscribe.speakers.online import LiveSpeakerLabeller
+    from deskscribe.transcript import Segment, Transcript
+    from deskscribe.whisper.streaming import StreamUpdate
+
+    transcript, audio = transcribe_words(tiny_model, CALL)
+    options = DiarizeOptions(num_speakers=2)
+    labeller, store = LiveSpeakerLabeller(["system"], encoder), TranscriptStore()
+    growing = GrowingTrack(encoder, options)
+    labeller.add_audio({"system": audio})
+    for i, seg in enumerate(transcript.segments):
+        words = [dataclasses.replace(w) for w in seg.words]
+        labeller.label(words)
+        store.publish(StreamUpdate(segments=[
+            Segment(seg.start, seg.end, seg.text, words=words, id=i, speaker=words[0].speaker)
+        ]))  # fmt: skip
+    pipe = SegmentationPipeline(
+        with_store / "segmentation.onnx", with_store / "embedding.onnx", with_store
+    )
+
+    def revise(samples: np.ndarray, share: float):
+        """One revision over ``samples``: (what it was given, the labels shown after it)."""
+        snap = store.snapshot(language="en", duration=len(samples) / 16000, source=None, model="")
+        revise_labels(store, snap, samples, labeller, 20, None, growing, share)
+        shown = store.snapshot(language="en", duration=len(samples) / 16000, source=None, model="")
+        return snap, {word_key(w): w.speaker for s in shown.segments for w in s.words}
+
+    def one_pass(samples: np.ndarray, snap):
+        """The pipeline's result over ``samples`` in one pass, and the labels it gives."""
+        once = pipe(samples, SegmentationOptions(num_speakers=2))
+        want = assign_speakers(Transcript(segments=snap.segments), once.diarization)
+        return once, {word_key(w): w.speaker for s in want.segments for w in s.words}
+
+    cache = growing.segmentation
+    snap, shown = revise(audio[: 18 * 16000], share=100.0)
+    assert cache.seen == 18 * 16000 and cache.computed == _windows(18 * 16000)
+    assert _partition_equal(shown, one_pass(audio[: 18 * 16000], snap)[1])
+    assert len(set(shown.values())) == 2
+    snap, shown = revise(audio, share=100.0)
+    assert cache.computed == _windows(len(audio)) - _whole_windows(18 * 16000)
+    once, want = one_pass(audio, snap)
+    assert _partition_equal(shown, want) and cache.keeps_up
+    # The pass at Stop reuses the windows (the call is 30 s: every window is whole).
+    at_stop = label_recording(transcript, audio, encoder, growing=growing, options=options)
+    assert cache.computed == 0
+    assert [(t.start, t.end) for t in at_stop.turns] == [
+        (t.start, t.end) for t in once.diarization.turns
+    ]
+    # A pass that costs more than its share of the new audio hands the revisions to voices.
+    more = np.concatenate([audio, audio[: 4 * 16000]])
+    revise(more, share=0.0)
+    assert not cache.keeps_up
+    computed = cache.computed
+    snap, shown = revise(more, share=100.0)
+    assert cache.computed == computed  # the pipeline did not run
+    voices = GrowingTrack(encoder, options).diarize(more)
+    by_voice = assign_speakers(Transcript(segments=snap.segments), voices)
+    assert _partition_equal(shown, {word_key(w): w.speaker for s in by_voice.segments
+                                    for w in s.words})  # fmt: skip
 
 
 # --------------------------------------------------------------------------- in the app

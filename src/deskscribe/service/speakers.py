@@ -79,7 +79,7 @@ def label_file(
     )
     pipeline = segmentation_pipeline(warn)
     if pipeline is not None:
-        labelled = _label_with_segmentation(
+        labelled = label_with_segmentation(
             pipeline, transcript, audio, encoder, options, progress, cancel, warn
         )
         if labelled is not None:
@@ -150,7 +150,7 @@ def segmentation_options(options: DiarizeOptions | None):
     )
 
 
-def _label_with_segmentation(
+def label_with_segmentation(
     pipeline,
     transcript: Transcript,
     audio: np.ndarray,
@@ -159,10 +159,17 @@ def _label_with_segmentation(
     progress: Progress | None,
     cancel: threading.Event | None,
     warn: Callable[[str], None] | None,
+    *,
+    cache=None,
+    voices: dict[str, np.ndarray] | None = None,
+    voice_seconds: float = 60.0,
 ) -> Transcript | None:
     """Words labelled from the exclusive timeline, words said under another voice marked
     ``overlap``, known voices named with ``encoder``'s profiles; None when the pipeline
-    failed (said to ``warn``), so that the caller labels by voice instead."""
+    failed (said to ``warn``), so that the caller labels by voice instead. ``cache``: the
+    pipeline's windows from earlier passes over the same growing recording. ``voices``: when
+    given, each speaker's voice in ``encoder``'s space (from up to ``voice_seconds`` of their
+    words) goes there and known voices are not named (a live revision keeps the names shown)."""
     stage_share = {"segmentation": (0.0, 0.3), "embeddings": (0.3, 0.7)}
 
     def report(done: float, total: float, stage: str = "") -> None:
@@ -171,7 +178,9 @@ def _label_with_segmentation(
             progress(base + share * done / total, 1.0, "speakers")
 
     try:
-        result = pipeline(audio, segmentation_options(options), progress=report, cancel=cancel)
+        result = pipeline(
+            audio, segmentation_options(options), progress=report, cancel=cancel, cache=cache
+        )
     except Cancelled:
         raise
     except Exception as err:
@@ -184,17 +193,18 @@ def _label_with_segmentation(
     labelled = assign_speakers(transcript, result.diarization)
     mark_overlapped_speech(labelled.segments, result.overlapping)
     if encoder is not None:
-        centroids = {}
+        centroids = {} if voices is None else voices
         for sid in labelled.speakers:
             try:
-                centroids[sid] = voice_of(audio, labelled, sid, encoder, max_seconds=60.0)
+                centroids[sid] = voice_of(audio, labelled, sid, encoder, max_seconds=voice_seconds)
             except ProfileError:
                 continue  # no stretch of 1 s: nobody to name
             except (SpeakerModelError, EngineError, MemoryError) as err:
                 _say(warn, f"voice profiles not used: the speaker model {encoder.name} "
                            f"failed ({first_line(err)})")  # fmt: skip
                 break
-        name_known_voices(labelled, centroids, encoder, warn)
+        if voices is None:
+            name_known_voices(labelled, centroids, encoder, warn)
     return labelled
 
 
@@ -255,8 +265,9 @@ def label_recording(
     pipeline = segmentation_pipeline()
     if pipeline is not None:
         labelled = _segmentation_within(
-            pipeline, transcript, audio, encoder, options, cancel, SEGMENTATION_AT_STOP_SECONDS
-        )
+            pipeline, transcript, audio, encoder, options, cancel, SEGMENTATION_AT_STOP_SECONDS,
+            None if growing is None else growing.segmentation,
+        )  # fmt: skip
         if labelled is not None:
             return labelled
     turns = diarize_track(audio, encoder, growing, options=options, cancel=cancel)
@@ -270,17 +281,19 @@ def label_recording(
 SEGMENTATION_AT_STOP_SECONDS = 45.0
 
 
-def _segmentation_within(pipeline, transcript, audio, encoder, options, cancel, seconds):
-    """``_label_with_segmentation`` given ``seconds``; None when it ran out or failed.
-    ``cancel`` (the caller's) still cancels everything."""
+def _segmentation_within(pipeline, transcript, audio, encoder, options, cancel, seconds, cache):
+    """``label_with_segmentation`` given ``seconds``; None when it ran out or failed.
+    ``cancel`` (the caller's) still cancels everything. ``cache``: the live revisions'
+    windows, when they ran the pipeline."""
     own = threading.Event()
     timer = threading.Timer(seconds, own.set)
     timer.daemon = True
     timer.start()
     try:
-        return _label_with_segmentation(
-            pipeline, transcript, audio, encoder, options, None, _Either(own, cancel), None
-        )
+        return label_with_segmentation(
+            pipeline, transcript, audio, encoder, options, None, _Either(own, cancel), None,
+            cache=cache,
+        )  # fmt: skip
     except Cancelled:
         if cancel is not None and cancel.is_set():
             raise

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..audio.vad import FRAME, SequenceVAD
 from .diarize import Diarization, DiarizeOptions, diarize
+from .segmentation import SegmentationCache
 
 STRIDE = 997  # every this many samples of the track are compared with the last pass's
 END_MARGIN = 400  # samples: windows ending this close to the track's end are not kept
@@ -143,6 +144,8 @@ class GrowingTrack:
         self._last = np.zeros(0, np.float32)  # the last samples seen
         self.seen = 0  # samples of the track the last pass saw
         self._lock = threading.Lock()  # one pass at a time
+        # The overlap-aware pipeline's windows, when it is installed and labels the passes.
+        self.segmentation = SegmentationCache()
 
     def diarize(
         self, audio: np.ndarray, options: DiarizeOptions | None = None, *, cancel=None

@@ -89,6 +89,50 @@ class SegmentationResult:
     labels: dict[int, str] = field(default_factory=dict)
 
 
+class SegmentationCache:
+    """What passes over one growing recording share (a live session's revisions and its pass
+    at Stop): the binary segmentations and embeddings of the windows that lay wholly inside
+    the audio a pass saw. A window's outputs depend on its own samples alone and windows
+    start at fixed multiples of the step, so they stay right as the recording grows; the
+    zero-padded last window is computed again by the next pass. Clustering and what follows
+    run on every pass (their result may change anywhere). A recording that is not the one
+    seen so far (shorter, or other samples where the cache looked), or other options, start
+    it again. ``computed``: the windows the last pass ran through the models."""
+
+    PROBE = 397  # every PROBE-th sample of the covered audio is compared
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.covered = 0  # samples the kept windows span
+        self.probe = np.zeros(0, np.float32)
+        self.seg = np.zeros((0, 0, 0), np.float32)
+        self.emb = np.zeros((0, 0, 0), np.float64)
+        self.computed = 0
+        self.seen = 0  # samples of the recording the last pass saw
+        self.keeps_up = True  # set by the live revisions (``service.live.relabel``)
+
+    def reusable(self, audio: np.ndarray, options: SegmentationOptions) -> int:
+        """How many of the kept windows hold for ``audio`` (0 after starting again)."""
+        key = (options.step, options.exclude_overlap)
+        if (
+            key != self.key
+            or audio.shape[0] < self.covered
+            or not np.array_equal(audio[: self.covered : self.PROBE], self.probe)
+        ):
+            self.__init__()
+            self.key = key
+            return 0
+        return len(self.seg)
+
+    def keep(self, audio: np.ndarray, options: SegmentationOptions, seg, emb) -> None:
+        """Keep the outputs of the windows wholly inside ``audio``."""
+        window, step = int(WINDOW_SECONDS * SAMPLE_RATE), round(options.step * SAMPLE_RATE)
+        whole = (audio.shape[0] - window) // step + 1 if audio.shape[0] >= window else 0
+        self.seg, self.emb = seg[:whole].copy(), emb[:whole].copy()
+        self.covered = (whole - 1) * step + window if whole else 0
+        self.probe = audio[: self.covered : self.PROBE].copy()
+
+
 class Plda:
     """pyannote's ``vbx_setup``: x-vector transform (centre, LDA, length norms) then the
     PLDA's diagonalising transform, from ``xvec_transform.npz`` and ``plda.npz``."""
@@ -377,10 +421,13 @@ class SegmentationPipeline:
         self.embedding = ort.InferenceSession(str(embedding), opts, providers=providers)
         self.plda = Plda(plda)
 
-    def segment(self, audio, options, progress=None, cancel=None) -> np.ndarray:
-        """Binary local speaker tracks ``[chunks, 589, 3]`` (float32 0/1)."""
+    def segment(self, audio, options, progress=None, cancel=None, first=0) -> np.ndarray:
+        """Binary local speaker tracks ``[chunks, 589, 3]`` (float32 0/1), from window
+        ``first`` on."""
         window, step = int(WINDOW_SECONDS * SAMPLE_RATE), round(options.step * SAMPLE_RATE)
-        starts = chunk_starts(len(audio), step, window)
+        starts = chunk_starts(len(audio), step, window)[first:]
+        if not starts:
+            return np.zeros((0, 0, 3), np.float32)
         name = self.segmentation.get_inputs()[0].name
         out = []
         for i in range(0, len(starts), options.batch):
@@ -392,8 +439,11 @@ class SegmentationPipeline:
                 progress(min(i + options.batch, len(starts)), len(starts), "segmentation")
         return np.concatenate(out)
 
-    def embed(self, audio, segmentations, options, progress=None, cancel=None) -> np.ndarray:
-        """One embedding per (chunk, local speaker) ``[chunks, 3, dim]``."""
+    def embed(
+        self, audio, segmentations, options, progress=None, cancel=None, first=0
+    ) -> np.ndarray:
+        """One embedding per (chunk, local speaker) ``[chunks, 3, dim]``; ``segmentations``
+        are those of the windows from ``first`` on."""
         chunks, frames, speakers = segmentations.shape
         window, step = int(WINDOW_SECONDS * SAMPLE_RATE), round(options.step * SAMPLE_RATE)
         if options.exclude_overlap:
@@ -411,7 +461,7 @@ class SegmentationPipeline:
             feats = {
                 c: feats[c]
                 if c in feats
-                else wespeaker_features(_chunk(audio, c * step, window), window="hamming")
+                else wespeaker_features(_chunk(audio, (first + c) * step, window), window="hamming")
                 for c in sorted({c for c, _ in part})
             }
             fbank = np.stack([feats[c] for c, _ in part]).astype(np.float32)
@@ -432,13 +482,19 @@ class SegmentationPipeline:
         options: SegmentationOptions | None = None,
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
+        cache: SegmentationCache | None = None,
     ) -> SegmentationResult:
+        """``cache``: what earlier passes over the same growing recording computed."""
         options = options or SegmentationOptions()
         audio = np.asarray(audio, dtype=np.float32)
         num = options.num_speakers
         lo = num if num is not None else (options.min_speakers or 1)
         hi = num if num is not None else (options.max_speakers or np.inf)
-        seg = self.segment(audio, options, progress, cancel)
+        kept = cache.reusable(audio, options) if cache is not None else 0
+        new = self.segment(audio, options, progress, cancel, first=kept)
+        if kept and not len(new):  # every window whole and kept
+            new = cache.seg[:0]
+        seg = np.concatenate([cache.seg[:kept], new]) if kept else new
         count = np.rint(aggregate(seg.sum(axis=2, keepdims=True), options.step, True))[:, 0]
         count = count.astype(np.uint8)
         empty_clusters = np.full(seg.shape[:2], -2, np.int8)
@@ -448,7 +504,12 @@ class SegmentationPipeline:
                 Diarization([], {}), [], seg, count, np.zeros((*seg.shape[:2], 0)),
                 empty_clusters, nothing, nothing,
             )  # fmt: skip
-        emb = self.embed(audio, seg, options, progress, cancel)
+        emb = self.embed(audio, new, options, progress, cancel, first=kept) if len(new) else None
+        if kept:
+            emb = cache.emb[:kept] if emb is None else np.concatenate([cache.emb[:kept], emb])
+        if cache is not None:
+            cache.keep(audio, options, seg, emb)
+            cache.computed, cache.seen = len(new), audio.shape[0]
         hard, centroids = cluster(emb, seg, self.plda, options, lo, hi, num)
         hard = hard.astype(np.int8)
         count = np.minimum(count, hi).astype(np.int8)

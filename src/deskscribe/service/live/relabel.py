@@ -20,6 +20,16 @@ track back decodes only the chunks finished since the last pass (0.02 s instead 
 pass while the session has stepped down to deferring labels (it is behind), nor past
 ``REFINE_MAX_SECONDS``. Stop cancels a pass in progress; the pass at Stop (``refine``) has the
 last word.
+
+With the overlap-aware models installed (``service.speakers.segmentation_pipeline``), the
+passes label with them while they keep up: each pass runs the new windows only
+(``SegmentationCache``, which the pass at Stop then reuses) and the live labeller adopts each
+voice measured in its own encoder's space (``voice_of`` over up to ``VOICE_SECONDS`` of their
+words). A pass after the first that costs more than ``share`` of the new audio's duration
+hands the revisions to the voice pipeline for the rest of the session; the pass at Stop
+still tries the overlap-aware one within its time. On 2 CPU cores a pass costs 0.55-0.83 s
+per new second of an AMI clip (the WeSpeaker ResNet34 on every window), so there the
+revisions go back to voices after the second.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from ...speakers.diarize import DiarizeOptions
 from ...speakers.growing import GrowingTrack, diarize_track
 from ...speakers.online import YOU, LiveSpeakerLabeller
 from ...transcript import Segment, Transcript
+from ..speakers import label_with_segmentation, segmentation_pipeline
 from .refine import REFINE_MAX_SECONDS, voices_track
 from .store import TranscriptStore, word_key
 
@@ -83,18 +94,24 @@ def revise_labels(
     weight: int,
     cancel: threading.Event | None = None,
     growing: GrowingTrack | None = None,
+    share: float = ReviseOptions.share,
 ) -> list[Segment]:
     """One revision: the offline pass over ``audio`` (the voices' track so far) labels the
     words of ``transcript`` (the store's snapshot); the store and the labeller take it. The
     segments whose labels changed. ``growing``: what earlier passes over the same track
-    computed (``speakers.growing``)."""
+    computed (``speakers.growing``), with which the overlap-aware pipeline labels while it
+    keeps up (a pass may cost ``share`` of the new audio's duration)."""
     others = [s for s in transcript.segments if s.speaker != YOU]
     if not others or audio.shape[0] < SAMPLE_RATE:
         return []
-    diarization = diarize_track(audio, labeller.encoder, growing, cancel=cancel)
-    if not diarization.turns:
-        return []
-    relabelled = assign_speakers(Transcript(segments=others), diarization)
+    voices: dict = {}
+    relabelled = by_segmentation(others, audio, labeller, growing, cancel, share, voices)
+    if relabelled is None:
+        diarization = diarize_track(audio, labeller.encoder, growing, cancel=cancel)
+        if not diarization.turns:
+            return []
+        relabelled = assign_speakers(Transcript(segments=others), diarization)
+        voices = diarization.centroids
     found = {word_key(w): w.speaker for s in relabelled.segments for w in s.words if w.speaker}
     shown = {word_key(w): w.speaker for s in others for w in s.words}
     names = match_names(shown, found, {n for n in shown.values() if n})
@@ -105,9 +122,47 @@ def revise_labels(
     if cancel is not None and cancel.is_set():
         return []  # stopped meanwhile: the pass at Stop labels everything
     changed = store.relabel({k: names[v] for k, v in found.items()})
-    centroids = {names[v]: c for v, c in diarization.centroids.items() if v in names}
+    centroids = {names[v]: c for v, c in voices.items() if v in names}
     labeller.adopt(centroids, renamed, weight)
     return changed
+
+
+VOICE_SECONDS = 20.0  # of each voice's words, measured for the live labeller each pass
+
+
+def by_segmentation(
+    others: list[Segment],
+    audio,
+    labeller: LiveSpeakerLabeller,
+    growing: GrowingTrack | None,
+    cancel: threading.Event | None,
+    share: float,
+    voices: dict,
+) -> Transcript | None:
+    """``others`` labelled by the overlap-aware pipeline, each voice in the labeller's space
+    put in ``voices``; None when it is not installed, does not keep up or failed (the voice
+    pipeline labels instead)."""
+    cache = None if growing is None else growing.segmentation
+    if cache is None or not cache.keeps_up or labeller.encoder is None:
+        return None
+    pipeline = segmentation_pipeline()
+    if pipeline is None:
+        return None
+    first, seen = cache.seen == 0, cache.seen
+    began = time.perf_counter()
+    labelled = label_with_segmentation(
+        pipeline, Transcript(segments=others), audio, labeller.encoder, growing.options, None,
+        cancel, None, cache=cache, voices=voices, voice_seconds=VOICE_SECONDS,
+    )  # fmt: skip
+    took = time.perf_counter() - began
+    new_seconds = max(audio.shape[0] - seen, 1) / SAMPLE_RATE
+    if labelled is None or (not first and took > share * new_seconds):
+        cache.keeps_up = False
+        log.info(
+            "live speaker revisions go on by voice: the overlap-aware pass %s",
+            "failed" if labelled is None else f"took {took:.1f} s for {new_seconds:.1f} s of audio",
+        )
+    return labelled
 
 
 class LabelReviser:
@@ -165,7 +220,7 @@ class LabelReviser:
                 audio = read_track(folder, self.track, self.decoded)
                 changed = revise_labels(
                     self.store, transcript, audio, self.labeller, self.options.weight, stop,
-                    self.growing,
+                    self.growing, self.options.share,
                 )  # fmt: skip
             except Exception:  # cancelled at Stop, or failed: the live labels stay
                 if not stop.is_set():
