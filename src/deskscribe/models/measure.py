@@ -15,6 +15,11 @@ decoding, tiny.en int8: 290 of 490 ms, and keeps up with a pass of about 1.7 s);
 files alone, the most accurate one that still runs ``FILES_SPEED``x faster than real time
 (window encoder at most ``30 / FILES_SPEED / 1.25`` s; the decoder adds about 20 % on the
 turbo shape).
+
+distil-large-v3 (in the catalog, English only) is not a candidate: its encoder is large-v3's,
+32 layers of 1280 like turbo's, and only its decoder is smaller (2 layers against turbo's
+4), so on a CPU, where the encoder is most of a window, it runs about as fast as turbo and
+would never be the one that fits where turbo does not.
 """
 
 from __future__ import annotations
