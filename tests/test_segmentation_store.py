@@ -464,6 +464,42 @@ def test_live_revisions_use_it_while_it_keeps_up(with_store, weights, tiny_model
                                     for w in s.words})  # fmt: skip
 
 
+def test_live_revisions_try_a_broken_model_once(
+    with_store, weights, tiny_model, encoder, monkeypatch, tmp_path, caplog
+) -> None:
+    """A folder that cannot load is said once per session, not at every revision (each would
+    also try to load it again), and the revisions label by voice."""
+    from deskscribe.service.live.relabel import revise_labels
+    from deskscribe.service.live.store import TranscriptStore
+    from deskscribe.speakers.growing import GrowingTrack
+    from deskscribe.speakers.online import LiveSpeakerLabeller
+    from deskscribe.transcript import Segment
+    from deskscribe.whisper.streaming import StreamUpdate
+
+    broken = tmp_path / "store"
+    shutil.copytree(with_store, broken / with_store.name)
+    (broken / with_store.name / "embedding.onnx").write_bytes(b"not a model")
+    monkeypatch.setenv("DESKSCRIBE_MODELS_DIR", str(broken))
+    transcript, audio = transcribe_words(tiny_model, CALL)
+    labeller, store = LiveSpeakerLabeller(["system"], encoder), TranscriptStore()
+    growing = GrowingTrack(encoder, DiarizeOptions(num_speakers=2))
+    labeller.add_audio({"system": audio})
+    for i, seg in enumerate(transcript.segments):
+        words = [dataclasses.replace(w) for w in seg.words]
+        labeller.label(words)
+        store.publish(StreamUpdate(segments=[
+            Segment(seg.start, seg.end, seg.text, words=words, id=i, speaker=words[0].speaker)
+        ]))  # fmt: skip
+    for seconds in (15, 30):
+        snap = store.snapshot(language="en", duration=seconds, source=None, model="")
+        revise_labels(store, snap, audio[: seconds * 16000], labeller, 20, None, growing, 100.0)
+    said = [r for r in caplog.records if "cannot be loaded" in r.getMessage()]
+    assert len(said) == 1 and not growing.segmentation.keeps_up
+    assert growing.segmentation.seen == 0  # the pipeline never ran
+    shown = store.snapshot(language="en", duration=30, source=None, model="")
+    assert len({w.speaker for s in shown.segments for w in s.words}) == 2  # by voice
+
+
 # --------------------------------------------------------------------------- in the app
 
 

@@ -109,7 +109,8 @@ class SegmentationCache:
         self.emb = np.zeros((0, 0, 0), np.float64)
         self.computed = 0
         self.seen = 0  # samples of the recording the last pass saw
-        self.keeps_up = True  # set by the live revisions (``service.live.relabel``)
+        # False once the live revisions stopped using the pipeline (``service.live.relabel``)
+        self.keeps_up = True
 
     def reusable(self, audio: np.ndarray, options: SegmentationOptions) -> int:
         """How many of the kept windows hold for ``audio`` (0 after starting again)."""

@@ -146,7 +146,8 @@ def by_segmentation(
     if cache is None or not cache.keeps_up or labeller.encoder is None:
         return None
     pipeline = segmentation_pipeline()
-    if pipeline is None:
+    if pipeline is None:  # not installed, or cannot load (said once): not asked again
+        cache.keeps_up = False
         return None
     first, seen = cache.seen == 0, cache.seen
     began = time.perf_counter()
