@@ -6,7 +6,6 @@ import dataclasses
 import itertools
 import json
 import threading
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -218,15 +217,8 @@ def test_batched_segments_and_words_land_where_the_speech_is(tiny_model, sentenc
 
 
 def test_batched_file_reports_progress_and_language(base_model, sentences, tmp_path) -> None:
-    import wave
-
     audio = np.concatenate([_silence(1), sentences[1], _silence(2), sentences[2]])
-    path = tmp_path / "two.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SR)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    path = _write_wav(tmp_path / "two.wav", audio)
     progress: list[tuple[float, float]] = []
     seen = []
     transcript = transcribe_file(
@@ -252,12 +244,7 @@ def test_batched_cpu_lanes_never_open_the_multithreaded_sessions(
 
     model = WhisperModel(tiny_fp32, device="cpu", threads=2)
     audio = np.concatenate([sentences[1], _silence(1), sentences[2]])
-    path = tmp_path / "two.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SR)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    path = _write_wav(tmp_path / "two.wav", audio)
     batched = transcribe_file(model, path, TranscribeOptions(batched=True, language="en"))
     assert wer(" ".join(SENTENCES[1:3]), batched.text) <= 0.2
     own = model.sessions

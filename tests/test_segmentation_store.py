@@ -398,20 +398,17 @@ def _partition_equal(a: dict, b: dict) -> bool:
     )
 
 
-def test_live_revisions_use_it_while_it_keeps_up(with_store, weights, tiny_model, encoder) -> None:
-    from deskscribe.service.live.relabel import revise_labels
-    from deskscribe.service.live.store import TranscriptStore, word_key
-    from deskscribe.service.speakers import label_recording
-    from deskscribe.speakers.assign import assign_speakers
+def _live_session(tiny_model, encoder, options: DiarizeOptions):
+    """The call transcribed, its words labelled live and published to a ``TranscriptStore``
+    as a live session does: (transcript, audio, labeller, store, growing track)."""
+    from deskscribe.service.live.store import TranscriptStore
     from deskscribe.speakers.growing import GrowingTrack
     from deskscribe.speakers.online import LiveSpeakerLabeller
-    from deskscribe.transcript import Segment, Transcript
+    from deskscribe.transcript import Segment
     from deskscribe.whisper.streaming import StreamUpdate
 
     transcript, audio = transcribe_words(tiny_model, CALL)
-    options = DiarizeOptions(num_speakers=2)
     labeller, store = LiveSpeakerLabeller(["system"], encoder), TranscriptStore()
-    growing = GrowingTrack(encoder, options)
     labeller.add_audio({"system": audio})
     for i, seg in enumerate(transcript.segments):
         words = [dataclasses.replace(w) for w in seg.words]
@@ -419,6 +416,19 @@ def test_live_revisions_use_it_while_it_keeps_up(with_store, weights, tiny_model
         store.publish(StreamUpdate(segments=[
             Segment(seg.start, seg.end, seg.text, words=words, id=i, speaker=words[0].speaker)
         ]))  # fmt: skip
+    return transcript, audio, labeller, store, GrowingTrack(encoder, options)
+
+
+def test_live_revisions_use_it_while_it_keeps_up(with_store, weights, tiny_model, encoder) -> None:
+    from deskscribe.service.live.relabel import revise_labels
+    from deskscribe.service.live.store import word_key
+    from deskscribe.service.speakers import label_recording
+    from deskscribe.speakers.assign import assign_speakers
+    from deskscribe.speakers.growing import GrowingTrack
+    from deskscribe.transcript import Transcript
+
+    options = DiarizeOptions(num_speakers=2)
+    transcript, audio, labeller, store, growing = _live_session(tiny_model, encoder, options)
     pipe = SegmentationPipeline(
         with_store / "segmentation.onnx", with_store / "embedding.onnx", with_store
     )
@@ -470,26 +480,14 @@ def test_live_revisions_try_a_broken_model_once(
     """A folder that cannot load is said once per session, not at every revision (each would
     also try to load it again), and the revisions label by voice."""
     from deskscribe.service.live.relabel import revise_labels
-    from deskscribe.service.live.store import TranscriptStore
-    from deskscribe.speakers.growing import GrowingTrack
-    from deskscribe.speakers.online import LiveSpeakerLabeller
-    from deskscribe.transcript import Segment
-    from deskscribe.whisper.streaming import StreamUpdate
 
     broken = tmp_path / "store"
     shutil.copytree(with_store, broken / with_store.name)
     (broken / with_store.name / "embedding.onnx").write_bytes(b"not a model")
     monkeypatch.setenv("DESKSCRIBE_MODELS_DIR", str(broken))
-    transcript, audio = transcribe_words(tiny_model, CALL)
-    labeller, store = LiveSpeakerLabeller(["system"], encoder), TranscriptStore()
-    growing = GrowingTrack(encoder, DiarizeOptions(num_speakers=2))
-    labeller.add_audio({"system": audio})
-    for i, seg in enumerate(transcript.segments):
-        words = [dataclasses.replace(w) for w in seg.words]
-        labeller.label(words)
-        store.publish(StreamUpdate(segments=[
-            Segment(seg.start, seg.end, seg.text, words=words, id=i, speaker=words[0].speaker)
-        ]))  # fmt: skip
+    _, audio, labeller, store, growing = _live_session(
+        tiny_model, encoder, DiarizeOptions(num_speakers=2)
+    )
     for seconds in (15, 30):
         snap = store.snapshot(language="en", duration=seconds, source=None, model="")
         revise_labels(store, snap, audio[: seconds * 16000], labeller, 20, None, growing, 100.0)
