@@ -125,13 +125,15 @@ class SegmentationCache:
             return 0
         return len(self.seg)
 
-    def keep(self, audio: np.ndarray, options: SegmentationOptions, seg, emb) -> None:
-        """Keep the outputs of the windows wholly inside ``audio``."""
-        window, step = int(WINDOW_SECONDS * SAMPLE_RATE), round(options.step * SAMPLE_RATE)
-        whole = (audio.shape[0] - window) // step + 1 if audio.shape[0] >= window else 0
+    def keep(self, audio: np.ndarray, options: SegmentationOptions, seg, emb, computed) -> None:
+        """Keep the outputs of the windows wholly inside ``audio`` (``computed``: how many
+        windows this pass ran through the models)."""
+        window, step = _window_and_step(options)
+        whole = whole_windows(audio.shape[0], step, window)
         self.seg, self.emb = seg[:whole].copy(), emb[:whole].copy()
         self.covered = (whole - 1) * step + window if whole else 0
         self.probe = audio[: self.covered : self.PROBE].copy()
+        self.computed, self.seen = computed, audio.shape[0]
 
 
 class Plda:
@@ -203,10 +205,20 @@ def vbx(x, phi, fa, fb, gamma, max_iters=20, epsilon=1e-4):
 # --------------------------------------------------------------------------- stages
 
 
+def _window_and_step(options: SegmentationOptions) -> tuple[int, int]:
+    """A window's length and the step between windows, in samples."""
+    return int(WINDOW_SECONDS * SAMPLE_RATE), round(options.step * SAMPLE_RATE)
+
+
+def whole_windows(num_samples: int, step: int, window: int) -> int:
+    """How many windows fit wholly in ``num_samples`` (the ones not zero-padded)."""
+    return (num_samples - window) // step + 1 if num_samples >= window else 0
+
+
 def chunk_starts(num_samples: int, step: int, window: int) -> list[int]:
     """pyannote's windows: every ``step`` while a whole window fits, and one more (zero-padded)
     when samples are left over or the audio is shorter than a window."""
-    full = (num_samples - window) // step + 1 if num_samples >= window else 0
+    full = whole_windows(num_samples, step, window)
     starts = [i * step for i in range(full)]
     if num_samples < window or (num_samples - window) % step > 0:
         starts.append(full * step)
@@ -425,7 +437,7 @@ class SegmentationPipeline:
     def segment(self, audio, options, progress=None, cancel=None, first=0) -> np.ndarray:
         """Binary local speaker tracks ``[chunks, 589, 3]`` (float32 0/1), from window
         ``first`` on."""
-        window, step = int(WINDOW_SECONDS * SAMPLE_RATE), round(options.step * SAMPLE_RATE)
+        window, step = _window_and_step(options)
         starts = chunk_starts(len(audio), step, window)[first:]
         if not starts:
             return np.zeros((0, 0, 3), np.float32)
@@ -446,7 +458,7 @@ class SegmentationPipeline:
         """One embedding per (chunk, local speaker) ``[chunks, 3, dim]``; ``segmentations``
         are those of the windows from ``first`` on."""
         chunks, frames, speakers = segmentations.shape
-        window, step = int(WINDOW_SECONDS * SAMPLE_RATE), round(options.step * SAMPLE_RATE)
+        window, step = _window_and_step(options)
         if options.exclude_overlap:
             min_frames = int(np.ceil(frames * MIN_EMBEDDING_SAMPLES / window))
             clean = segmentations * (np.sum(segmentations, axis=2, keepdims=True) < 2)
@@ -509,8 +521,7 @@ class SegmentationPipeline:
         if kept:
             emb = cache.emb[:kept] if emb is None else np.concatenate([cache.emb[:kept], emb])
         if cache is not None:
-            cache.keep(audio, options, seg, emb)
-            cache.computed, cache.seen = len(new), audio.shape[0]
+            cache.keep(audio, options, seg, emb, len(new))
         hard, centroids = cluster(emb, seg, self.plda, options, lo, hi, num)
         hard = hard.astype(np.int8)
         count = np.minimum(count, hi).astype(np.int8)
