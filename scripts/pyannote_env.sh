@@ -8,28 +8,14 @@
 # Python (its Kaldi fbank, which pyannote's WeSpeaker uses, is pure Python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/reference_env.sh
+source scripts/reference_env.sh
 ENV=.pyannote-env
 SPEC="pyannote.audio==4.0.7 onnxruntime onnx"
 TORCH="torch==2.13.0"
-STAMP="$ENV/.deskscribe-ready"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$SPEC $TORCH" ] && [ -x "$ENV/bin/python" ]; then
-  echo "$PWD/$ENV/bin/python"
-  exit 0
-fi
-PY=python3
-# The interpreter .venv was made from, when there is one (the same Python version).
-if [ -x .venv/bin/python ]; then
-  PY="$(.venv/bin/python -c 'import sys; print(sys._base_executable)')"
-fi
-rm -rf "$ENV"
-"$PY" -m venv "$ENV"
-CONSTRAINTS="$(mktemp)"
-trap 'rm -f "$CONSTRAINTS"' EXIT
-echo "$TORCH" >"$CONSTRAINTS"
+env_ready "$ENV" "$SPEC $TORCH" && exit 0
 # shellcheck disable=SC2086
-# (this machine's pip config names local indexes that may not exist: their warnings dropped)
-"$ENV/bin/pip" install -q --disable-pip-version-check -c "$CONSTRAINTS" $SPEC \
-  2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+env_create "$ENV" "$TORCH" $SPEC
 "$ENV/bin/python" -c "import torchaudio" 2>/dev/null || {
   lib="$("$ENV/bin/python" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torchaudio").origin))')/lib"
   if [ -f "$lib/_torchaudio.so" ]; then
@@ -38,5 +24,4 @@ echo "$TORCH" >"$CONSTRAINTS"
 }
 PYANNOTE_METRICS_ENABLED=0 HF_HUB_OFFLINE=1 "$ENV/bin/python" -W ignore -c \
   "import torchaudio.compliance.kaldi, pyannote.audio.pipelines, onnxruntime" 2>/dev/null
-echo "$SPEC $TORCH" >"$STAMP"
-echo "$PWD/$ENV/bin/python"
+env_done "$ENV" "$SPEC $TORCH"
