@@ -39,20 +39,27 @@ def figures() -> dict[int, measure.Measured]:
 
 def test_estimate_matches_the_real_model(tiny_ct2) -> None:
     """tiny.en int8 built from its real weights, its encoder timed as the estimate times the
-    cut ones: the estimate (1 and 3 layers, extrapolated to 4) is within 35 %."""
+    cut ones: the estimate (1 and 3 layers, extrapolated to 4) is within 35 %.
+
+    The real model and the estimate are timed in turns, three rounds, and the fastest of each
+    kept, as the ``figures`` fixture does: a CI run timed the real model during a busy second
+    (0.25 s a window against 0.13 s idle) and the estimate after it, and failed on the load,
+    not on the estimate."""
     folder = built(tiny_ct2, "tiny.en", "int8")
     session = ort.InferenceSession(
         str(folder / "encoder.onnx"), session_options(CPU, 2), providers=[CPU]
     )
     mel = np.random.default_rng(1).standard_normal((1, 80, 3000)).astype(np.float32)
     session.run(None, {"mel": mel})
-    real = []
+    real, estimates = [], []
     for _ in range(3):
-        start = time.perf_counter()
-        session.run(None, {"mel": mel})
-        real.append(time.perf_counter() - start)
-    estimate = measure.measure(2, ["tiny"]).encoder_s["tiny"]
-    assert abs(math.log(estimate / min(real))) < math.log(1.35), (estimate, min(real))
+        for _ in range(3):
+            start = time.perf_counter()
+            session.run(None, {"mel": mel})
+            real.append(time.perf_counter() - start)
+        estimates.append(measure.measure(2, ["tiny"]).encoder_s["tiny"])
+    estimate = min(estimates)
+    assert abs(math.log(estimate / min(real))) < math.log(1.35), (estimates, real)
 
 
 def test_a_slower_machine_gets_a_smaller_model(figures, monkeypatch) -> None:
