@@ -120,3 +120,52 @@ def test_model_built_by_another_version_asks_for_a_rebuild(tiny_fp32: Path, tmp_
     (old / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelNotBuiltError, match="--overwrite"):
         WhisperModel(old, device="cpu")
+
+
+def test_a_folder_built_by_version_7_runs_and_agrees(
+    tiny_ct2: Path, tiny_fp32: Path, tmp_path
+) -> None:
+    """Version 8 changed only the CPU variants' cross K/V layout (keys as rows), which stays
+    inside a folder: a folder built by 7 (the old layout, rebuilt here with the builder's
+    switch off) still loads, and both write the real JFK recording with the same words at the
+    same times, beam 5 with word timestamps (the alignment heads come out of the new layout
+    transposed back), and a window's tokens at beam 5 get the same log-probabilities to float
+    rounding."""
+    import json
+
+    from conftest import EVAL, load
+    from deskscribe.models.build import build_model
+    from deskscribe.whisper import graph
+    from deskscribe.whisper.options import TranscribeOptions
+    from deskscribe.whisper.transcribe import transcribe_file
+
+    old = tmp_path / "v7"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graph._Cfg, "keys_first", property(lambda self: False))
+        build_model(tiny_ct2, old, "fp32", name="tiny.en-fp32")
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["builder_version"] = 7
+    (old / "manifest.json").write_text(json.dumps(manifest))
+
+    models = [WhisperModel(f, device="cpu") for f in (old, tiny_fp32)]
+    jfk = load(EVAL / "jfk.flac")
+    mel = log_mel(np.pad(jfk, (0, 30 * 16000 - len(jfk))), 80)[None, :, :3000]
+    audio = [m.encode(mel) for m in models]
+    assert audio[0].cross_k[0].shape[1:] == (6, 64, 1500)  # the old layout, [H, dh, S]
+    assert audio[1].cross_k[0].shape[1:] == (6, 1500, 64)  # the new one, [H, S, dh]
+    beam = [
+        WindowDecoder(m, DecodingOptions(beam_size=5)).decode(a, "en")
+        for m, a in zip(models, audio, strict=True)
+    ]
+    assert beam[0].tokens == beam[1].tokens and len(beam[1].tokens) > 15
+    assert np.allclose(beam[0].token_logprobs, beam[1].token_logprobs, atol=1e-4)
+
+    options = TranscribeOptions(beam_size=5, word_timestamps=True, language="en")
+    words = []
+    for m in models:
+        transcript = transcribe_file(m, EVAL / "jfk.flac", options)
+        words.append([w for s in transcript.segments for w in s.words])
+    assert [w.text for w in words[0]] == [w.text for w in words[1]]
+    assert len(words[1]) > 15
+    for a, b in zip(*words, strict=True):
+        assert abs(a.start - b.start) <= 0.02 and abs(a.end - b.end) <= 0.02, (a, b)

@@ -1,7 +1,8 @@
 """Build our Whisper encoder and decoder ONNX graphs from a :class:`Checkpoint`.
 
 Encoder: ``mel [B, n_mels, F]`` → ``cross_k_i [B, H, dh, S]`` and ``cross_v_i [B, H, S, dh]``
-for each decoder layer i: the cross-attention keys/values, computed once per window. They are
+(fp16; the CPU variants fp32 and int8 the other way round, see ``cross_layout``) for each
+decoder layer i: the cross-attention keys/values, computed once per window. They are
 separate tensors, not one stacked array, so that a decoder step reads each layer's in place
 instead of copying the whole stack. ``F`` is 3000 frames (a 30 s window, ``S`` = 1500) for
 everything but live passes, which may encode a shorter context (an even ``F`` < 3000: the
@@ -10,8 +11,8 @@ positional embedding is cut to ``S`` = F / 2, as whisper.cpp's ``audio_ctx``).
 Decoder: ``tokens [B, T]`` + ``cache_index [B]`` + self-attention cache (``past_k [L, B, H, dh, P]``, ``past_v
 [L, B, H, P, dh]``) + the cross K/V → ``logits [B, V]`` of the last position, ``present_k/v``
 (the cache grown by T) and ``alignment [B, A, T, S]``: the cross-attention weights of the
-alignment heads, used for word timestamps. Keys are kept transposed so that each step is a
-plain MatMul. The softmax scale is folded into the query weights.
+alignment heads, used for word timestamps. The self-attention keys are kept transposed so
+that each step is a plain MatMul. The softmax scale is folded into the query weights.
 
 Variants: ``fp32``; ``fp16`` (weights, activations and caches in float16, logits float32);
 ``int8`` (linear weights in 7 bits per output channel with ORT's DynamicQuantizeMatMul,
@@ -44,6 +45,26 @@ class _Cfg:
     @property
     def onnx_dtype(self) -> int:
         return TensorProto.FLOAT16 if self.variant == "fp16" else TensorProto.FLOAT
+
+    @property
+    def keys_first(self) -> bool:
+        """The cross-attention keys as rows (the CPU variants; see ``cross_layout``)."""
+        return self.variant != "fp16"
+
+
+def cross_layout(cfg: _Cfg, H: int, dh: int, S: int | str) -> tuple[list, list]:
+    """The per-audio dims of the cross K and V: ``[H, dh, S]`` and ``[H, S, dh]`` (q · K and
+    p · V, as the fp16 graphs for GPUs have them), or, for the CPU variants, ``[H, S, dh]`` and
+    ``[H, dh, S]``, read transposed by ``FusedMatMul``. With several query rows per audio (beam
+    search) ONNX Runtime's CPU MatMul packs its whole right operand, all 1500 positions of
+    every head, at every step; read transposed, it takes the path that does not.
+    ``bench/cross_attention.py`` (turbo's shape, one layer, 2 threads): 5 rows 1.58 → 1.32 ms,
+    8 windows of 5 rows 9.6 → 8.3 ms (0.84-0.89x, 0.69-0.74x in an earlier run), one row
+    unchanged (1.01x); K · qᵀ was faster still at 5 rows but 1.4-1.8x slower at one row
+    (greedy, the live path)."""
+    if cfg.keys_first:
+        return [H, S, dh], [H, dh, S]
+    return [H, dh, S], [H, S, dh]
 
 
 class _Builder:
@@ -201,14 +222,18 @@ def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
 
         dh_t = d.n_text_state // d.n_text_head
         H = d.n_text_head
+        k_dims, v_dims = cross_layout(cfg, H, dh_t, "positions")
+        k_perm, v_perm = (
+            ([0, 2, 1, 3], [0, 2, 3, 1]) if cfg.keys_first else ([0, 2, 3, 1], [0, 2, 1, 3])
+        )
         for i in range(d.n_text_layer):
             p = f"dec.{i}.cross"
-            k = b.split_heads(b.linear(x, f"{p}.k", bias=False), H, dh_t, [0, 2, 3, 1])
-            v = b.split_heads(b.linear(x, f"{p}.v"), H, dh_t, [0, 2, 1, 3])
+            k = b.split_heads(b.linear(x, f"{p}.k", bias=False), H, dh_t, k_perm)
+            v = b.split_heads(b.linear(x, f"{p}.v"), H, dh_t, v_perm)
             g.identity(k, f"cross_k_{i}")
             g.identity(v, f"cross_v_{i}")
-            g.add_output(f"cross_k_{i}", cfg.onnx_dtype, ["batch", H, dh_t, "positions"])
-            g.add_output(f"cross_v_{i}", cfg.onnx_dtype, ["batch", H, "positions", dh_t])
+            g.add_output(f"cross_k_{i}", cfg.onnx_dtype, ["batch", *k_dims])
+            g.add_output(f"cross_v_{i}", cfg.onnx_dtype, ["batch", *v_dims])
         g.save()
     except BaseException:
         g.abort()
@@ -247,14 +272,16 @@ def build_decoder(
         past_v = [g.add_input(f"past_v_{i}", ft, ["batch", H, "slots", dh]) for i in range(L)]
         # Cross K/V per audio: rows [j * G, (j + 1) * G) of the batch read audio j, where
         # G = batch / audio_batch (1 for one sequence per window, the beam size for beam search).
-        cross_k = [g.add_input(f"cross_k_{i}", ft, ["audio_batch", H, dh, S]) for i in range(L)]
-        cross_v = [g.add_input(f"cross_v_{i}", ft, ["audio_batch", H, S, dh]) for i in range(L)]
+        k_dims, v_dims = cross_layout(cfg, H, dh, S)
+        cross_k = [g.add_input(f"cross_k_{i}", ft, ["audio_batch", *k_dims]) for i in range(L)]
+        cross_v = [g.add_input(f"cross_v_{i}", ft, ["audio_batch", *v_dims]) for i in range(L)]
 
         n_new = g.op("Shape", tokens, start=1, end=2)
         n_batch = g.op("Shape", tokens, start=0, end=1)
         n_audio = g.op("Shape", cross_k[0], start=0, end=1)
         slots = g.op("Shape", past_k[0], start=3, end=4)
-        n_pos = g.op("Shape", cross_k[0], start=3, end=4)
+        pos_axis = 2 if cfg.keys_first else 3
+        n_pos = g.op("Shape", cross_k[0], start=pos_axis, end=pos_axis + 1)
         zero, one, axis0 = g.const(0), g.const(1), g.const([0])
         start = g.op("Squeeze", past_len, axis0)
         stop = g.op("Squeeze", g.op("Add", past_len, n_new), axis0)
@@ -303,7 +330,14 @@ def build_decoder(
             h = b.layer_norm(x, f"{p}.cross_ln")
             q = g.op("Reshape", b.linear(h, f"{p}.cross.q", scale=scale), grouped)
             q = g.op("Transpose", q, perm=[0, 2, 1, 3])  # [audio_batch, H, G*T, dh]
-            out, probs = b.attend(q, cross_k[i], cross_v[i])
+            if cfg.keys_first:
+                # q · Kᵀ and p · Vᵀ with K [S, dh] and V [dh, S] read transposed (see
+                # ``cross_layout``).
+                scores = g.op("FusedMatMul", q, cross_k[i], domain="com.microsoft", transB=1)
+                probs = g.op("Softmax", scores, axis=-1)
+                out = g.op("FusedMatMul", probs, cross_v[i], domain="com.microsoft", transB=1)
+            else:
+                out, probs = b.attend(q, cross_k[i], cross_v[i])
             out = g.op("Reshape", g.op("Transpose", out, perm=[0, 2, 1, 3]), ungrouped)
             x = g.op("Add", x, b.linear(out, f"{p}.cross.o"))
             heads = [hd for layer, hd in alignment_heads if layer == i]

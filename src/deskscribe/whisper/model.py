@@ -23,7 +23,7 @@ import onnxruntime as ort
 
 from ..errors import DeskScribeError
 from ..graph_cache import cached
-from .graph_version import GRAPH_VERSION
+from .graph_version import READABLE_VERSIONS
 from .runtime import (
     CPU,
     CUDA,
@@ -501,7 +501,7 @@ def _read_manifest(folder: Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
         raise ModelNotBuiltError(f"{path} cannot be read ({err}); rebuild the model") from None
-    if manifest.get("builder_version") != GRAPH_VERSION:
+    if manifest.get("builder_version") not in READABLE_VERSIONS:
         source = str(manifest.get("source", "<checkpoint folder>"))
         if source.startswith("starter:"):
             command = "deskscribe models install-starter --overwrite"
