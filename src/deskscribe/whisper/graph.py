@@ -67,6 +67,11 @@ def cross_layout(cfg: _Cfg, H: int, dh: int, S: int | str) -> tuple[list, list]:
     return [H, dh, S], [H, S, dh]
 
 
+def heads_perm(dims: list, S: int | str) -> list[int]:
+    """The Transpose from ``[B, S, H, dh]`` (split heads) to ``[B, *dims]``."""
+    return [0, 2, 1, 3] if dims[1] == S else [0, 2, 3, 1]
+
+
 class _Builder:
     def __init__(self, ckpt: Checkpoint, g: GraphWriter, cfg: _Cfg) -> None:
         self.ck = ckpt
@@ -223,9 +228,7 @@ def build_encoder(ckpt: Checkpoint, path: Path, variant: str) -> None:
         dh_t = d.n_text_state // d.n_text_head
         H = d.n_text_head
         k_dims, v_dims = cross_layout(cfg, H, dh_t, "positions")
-        k_perm, v_perm = (
-            ([0, 2, 1, 3], [0, 2, 3, 1]) if cfg.keys_first else ([0, 2, 3, 1], [0, 2, 1, 3])
-        )
+        k_perm, v_perm = heads_perm(k_dims, "positions"), heads_perm(v_dims, "positions")
         for i in range(d.n_text_layer):
             p = f"dec.{i}.cross"
             k = b.split_heads(b.linear(x, f"{p}.k", bias=False), H, dh_t, k_perm)
@@ -280,7 +283,7 @@ def build_decoder(
         n_batch = g.op("Shape", tokens, start=0, end=1)
         n_audio = g.op("Shape", cross_k[0], start=0, end=1)
         slots = g.op("Shape", past_k[0], start=3, end=4)
-        pos_axis = 2 if cfg.keys_first else 3
+        pos_axis = 1 + k_dims.index(S)
         n_pos = g.op("Shape", cross_k[0], start=pos_axis, end=pos_axis + 1)
         zero, one, axis0 = g.const(0), g.const(1), g.const([0])
         start = g.op("Squeeze", past_len, axis0)
