@@ -7,7 +7,8 @@
 - ``K·qᵀ``: ``MatMul(K [S, dh], qᵀ)``, the softmax over S, ``MatMul(V [dh, S], p)``.
 
 Turbo's shape by default (20 heads of 64, 1500 positions), random tensors, four layers' K/V
-rotated so that they are not all in the cache, median of ``--runs``, for one window and for
+rotated so that they are not all in the cache, the app's own CPU sessions
+(``whisper.model.cpu_session``), median of ``--runs``, for one window and for
 a batch of 8, with 1 query row (greedy) and 5 (beam 5), at 1 and 2 threads. Each layout's
 output is checked against numpy's.
 
@@ -17,8 +18,10 @@ output is checked against numpy's.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, markdown_table
+from deskscribe.whisper.model import cpu_session
 
 LAYOUTS = ("q·K", "transB", "K·qᵀ")
 
@@ -65,11 +69,11 @@ def graph(layout: str, H: int, dh: int, S: int) -> bytes:
     return helper.make_model(g, opset_imports=opsets).SerializeToString()
 
 
-def session(model: bytes, threads: int) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as the app's
-    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+def laid_out(layout: str, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """K and V drawn as ``[A, H, S, dh]``, in ``layout``'s order."""
+    if layout == "q·K":
+        return np.ascontiguousarray(k.transpose(0, 1, 3, 2)), v
+    return k, np.ascontiguousarray(v.transpose(0, 1, 3, 2))
 
 
 def main() -> int:
@@ -83,28 +87,22 @@ def main() -> int:
     print(f"machine: {machine_line(2)}; ONNX Runtime {ort.__version__}")
     rng = np.random.default_rng(0)
     rows = []
+    work = Path(tempfile.mkdtemp(prefix="cross-attention-"))
+    for name in LAYOUTS:
+        (work / f"{LAYOUTS.index(name)}.onnx").write_bytes(graph(name, H, dh, S))
     for threads in (1, 2):
-        sessions = {name: session(graph(name, H, dh, S), threads) for name in LAYOUTS}
+        # The app's own CPU sessions (its options, no spinning between operators).
+        sessions = {n: cpu_session(work / f"{i}.onnx", threads) for i, n in enumerate(LAYOUTS)}
         for A, G in ((1, 1), (1, 5), (8, 1), (8, 5)):
             q = rng.standard_normal((A, H, G, dh)).astype(np.float32)
-            kv = [
-                (rng.standard_normal((A, H, S, dh)), rng.standard_normal((A, H, S, dh)))
-                for _ in range(4)
-            ]
-            kv = [(k.astype(np.float32), v.astype(np.float32)) for k, v in kv]
+            kv = [rng.standard_normal((2, A, H, S, dh)).astype(np.float32) for _ in range(4)]
             k0, v0 = kv[0]
             scores = q @ k0.transpose(0, 1, 3, 2)
             probs = np.exp(scores - scores.max(-1, keepdims=True))
             want = (probs / probs.sum(-1, keepdims=True)) @ v0
             ms = {}
             for name, sess in sessions.items():
-                # [S, dh] rows are the random K as drawn; the other layout is its transpose.
-                def layout(k, v, name=name):
-                    if name == "q·K":
-                        return np.ascontiguousarray(k.transpose(0, 1, 3, 2)), v
-                    return k, np.ascontiguousarray(v.transpose(0, 1, 3, 2))
-
-                feeds = [layout(k, v) for k, v in kv]
+                feeds = [laid_out(name, k, v) for k, v in kv]
                 got = sess.run(None, {"q": q, "k": feeds[0][0], "v": feeds[0][1]})[0]
                 assert np.allclose(got, want, atol=1e-3), (name, A, G)
                 times = []
@@ -122,6 +120,7 @@ def main() -> int:
                     for n in LAYOUTS
                 ]
             )
+    shutil.rmtree(work)
     print()
     print(
         markdown_table(

@@ -58,10 +58,10 @@ def cross_layout(cfg: _Cfg, H: int, dh: int, S: int | str) -> tuple[list, list]:
     ``[H, dh, S]``, read transposed by ``FusedMatMul``. With several query rows per audio (beam
     search) ONNX Runtime's CPU MatMul packs its whole right operand, all 1500 positions of
     every head, at every step; read transposed, it takes the path that does not.
-    ``bench/cross_attention.py`` (turbo's shape, one layer, 2 threads): 5 rows 1.58 → 1.32 ms,
-    8 windows of 5 rows 9.6 → 8.3 ms (0.84-0.89x, 0.69-0.74x in an earlier run), one row
-    unchanged (1.01x); K · qᵀ was faster still at 5 rows but 1.4-1.8x slower at one row
-    (greedy, the live path)."""
+    ``bench/cross_attention.py`` (turbo's shape, one layer, 2 threads): 5 rows 1.66 → 1.36 ms,
+    8 windows of 5 rows 10.3 → 8.5 ms (0.69-0.92x over five runs), one row 0.97-1.08x
+    (noise); K · qᵀ was faster still at 5 rows but 1.2-1.8x slower at one row (greedy, the
+    live path)."""
     if cfg.keys_first:
         return [H, S, dh], [H, dh, S]
     return [H, dh, S], [H, S, dh]
