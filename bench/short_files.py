@@ -5,7 +5,7 @@ Everything a user waits for is in the figure: Python start, imports, model load,
 decoding and writing the text. Runs alternate (ours, theirs, ours, ...) so that a drifting
 machine moves both; each figure is the median of ``--runs``, with the user+system CPU
 time of the finished child (``resource.getrusage``). Files: the first 10 s of JFK's speech and
-3 minutes of real meeting audio (three AMI clips end to end). Both sides int8 on the CPU, the
+3 minutes of real meeting audio (six 30 s AMI clips end to end). Both sides int8 on the CPU, the
 batched path (Silero VAD, batch 8), beam 5, English, the same threads.
 
     python bench/short_files.py [--whisper tiny.en|base] [--runs 7] [--threads 2]
@@ -45,12 +45,12 @@ def peer(path: str, folder: str, threads: int) -> None:
 def recordings(cache: Path) -> dict[str, Path]:
     out = cache / "short-files"
     out.mkdir(parents=True, exist_ok=True)
-    ten, three = out / "jfk-10s.wav", out / "meeting-3min.wav"
+    ten, three = out / "jfk-10s.wav", out / "meeting-180s.wav"
     if not ten.exists():
         subprocess.run(["sox", str(EVAL / "jfk.flac"), "-r", "16000", "-c", "1", str(ten),
                         "trim", "0", "10"], check=True)  # fmt: skip
     if not three.exists():
-        clips = [str(EVAL / "ami" / f"{c}.wav") for c in ("dev00", "trn03", "trn05")]
+        clips = [str(EVAL / "ami" / f"{c}.wav") for c in ("dev00", "trn03", "trn05", "dev01", "trn01", "trn07")]
         subprocess.run(["sox", *clips, "-r", "16000", "-c", "1", str(three)], check=True)
     return {"10 s": ten, "3 min": three}
 
