@@ -50,7 +50,10 @@ def recordings(cache: Path) -> dict[str, Path]:
         subprocess.run(["sox", str(EVAL / "jfk.flac"), "-r", "16000", "-c", "1", str(ten),
                         "trim", "0", "10"], check=True)  # fmt: skip
     if not three.exists():
-        clips = [str(EVAL / "ami" / f"{c}.wav") for c in ("dev00", "trn03", "trn05", "dev01", "trn01", "trn07")]
+        clips = [
+            str(EVAL / "ami" / f"{c}.wav")
+            for c in ("dev00", "trn03", "trn05", "dev01", "trn01", "trn07")
+        ]
         subprocess.run(["sox", *clips, "-r", "16000", "-c", "1", str(three)], check=True)
     return {"10 s": ten, "3 min": three}
 
