@@ -26,13 +26,14 @@ SUDO=""
 if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
 need=()
 # Qt (offscreen for the tests; Xvfb and the xcb libraries for screenshots); mmdebstrap makes
-# a clean Debian root to install the .deb into.
+# a clean Debian root to install the .deb into; qemu-user runs ONNX Runtime's AVX2-only int8
+# kernels on any x86 CPU (tests/test_int8.py).
 for pkg in espeak-ng sox pulseaudio pulseaudio-utils libportaudio2 libasound2-plugins \
   pipewire pipewire-bin pipewire-pulse wireplumber dbus-daemon \
   libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 fonts-dejavu-core xvfb \
   libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 libxcb-xinerama0 \
   libxkbcommon-x11-0 libxcb-cursor0 libxcb-shape0 libxcb-randr0 libxcb-xfixes0 libxcb-xkb1 \
-  mmdebstrap; do
+  mmdebstrap qemu-user; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
