@@ -41,8 +41,8 @@ def test_estimate_matches_the_real_model(tiny_ct2) -> None:
     """tiny.en int8 built from its real weights, its encoder timed as the estimate times the
     cut ones: the estimate (1 and 3 layers, extrapolated to 4) is within 35 %.
 
-    The real model and the estimate are timed in turns, three rounds, and the fastest of each
-    kept, as the ``figures`` fixture does: a CI run timed the real model during a busy second
+    The real model and the estimate are timed in turns, three rounds, each round's ratio taken
+    and the median kept: a CI run timed the real model during a busy second
     (0.25 s a window against 0.13 s idle) and the estimate after it, and failed on the load,
     not on the estimate."""
     folder = built(tiny_ct2, "tiny.en", "int8")
@@ -53,13 +53,18 @@ def test_estimate_matches_the_real_model(tiny_ct2) -> None:
     session.run(None, {"mel": mel})
     real, estimates = [], []
     for _ in range(3):
+        times = []
         for _ in range(3):
             start = time.perf_counter()
             session.run(None, {"mel": mel})
-            real.append(time.perf_counter() - start)
+            times.append(time.perf_counter() - start)
+        real.append(min(times))
         estimates.append(measure.measure(2, ["tiny"]).encoder_s["tiny"])
-    estimate = min(estimates)
-    assert abs(math.log(estimate / min(real))) < math.log(1.35), (estimates, real)
+    # Each round's estimate against that round's real model, the median of the three: a CI
+    # run's fastest real window (0.080 s) came from a quieter first round than every estimate
+    # (0.121-0.131 s, with the real model at 0.12-0.14 s beside them).
+    ratio = sorted(e / r for e, r in zip(estimates, real, strict=True))[1]
+    assert abs(math.log(ratio)) < math.log(1.35), (estimates, real)
 
 
 def test_a_slower_machine_gets_a_smaller_model(figures, monkeypatch) -> None:
