@@ -39,6 +39,16 @@ CACHE = Path(os.environ.get("DESKSCRIBE_TEST_CACHE", ROOT / ".test-cache"))
 EVAL = ROOT.parent / "shared" / "eval"  # real recordings (jfk.flac, a phone call, AMI clips)
 
 
+def bench_module(name: str):
+    """``bench/<name>.py`` loaded as module ``bench_<name>``: the tests and the benches share
+    its code (a bench script that imports its siblings puts bench/ on the path itself)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:

@@ -7,25 +7,16 @@ so the tests and the benches read the recordings the same way.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
-from conftest import EVAL, ROOT, espeak, load
+from conftest import EVAL, bench_module, espeak, load
 
 SR = 16000
 
 
-def _bench_common():
-    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "common.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_common = _bench_common()
+_common = bench_module("common")
 call_recording = _common.call_recording  # (wav, reference words, seconds)
 contractions = _common.contractions  # "didn't", "i'm", ... in order, lower case
 

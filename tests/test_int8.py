@@ -22,7 +22,6 @@ Which test catches 8-bit (saturating) weights on which CPU:
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import shutil
 from collections import Counter
@@ -35,7 +34,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from conftest import EVAL, ROOT, built, normalize, wer
+from conftest import EVAL, bench_module, built, normalize, wer
 from deskscribe.audio.decode import decode_audio
 from deskscribe.models.build import build_model
 from deskscribe.whisper import graph
@@ -160,17 +159,6 @@ def test_real_speech_activations_do_not_saturate_a_non_vnni_kernel(
             assert sum(saturated.values()) == 0, f"sums saturate: {saturated}"
 
 
-def _cpu_kinds():
-    """``bench/cpu_kinds.py``: its child and the qemu runner, shared with the bench."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_cpu_kinds", ROOT / "bench" / "cpu_kinds.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # How much further from fp32 the int8 cross K/V of the call's first window may lie on an
 # AVX2-only CPU than on this one. Measured (bench/cpu_kinds.py, AMD EPYC with AVX-512 VNNI, one
 # thread, 2026-12-07): 7-bit weights 1.00x (0.0840 here, 0.0838 on AVX2, the same tokens); full
@@ -192,7 +180,7 @@ def test_int8_on_an_emulated_avx2_cpu_stays_as_close_to_fp32_as_here(
         pytest.fail(
             "qemu-x86_64 is missing: scripts/test.sh installs it (apt-get install qemu-user)"
         )
-    kinds = _cpu_kinds()
+    kinds = bench_module("cpu_kinds")
     old = _eight_bit(tiny_ct2, tmp_path / "old", monkeypatch)
     with ThreadPoolExecutor(2) as pool:  # one thread each: the two emulated CPUs side by side
         emulated = [pool.submit(kinds.run_kind, "Haswell", folder, tmp_path / f"{name}.npz")

@@ -9,10 +9,8 @@ ones used, and a long recording of reappearing voices keeps its speakers in boun
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -21,7 +19,7 @@ import numpy as np
 import pytest
 
 import conversations as cv
-from conftest import EVAL, ROOT
+from conftest import EVAL, bench_module
 from deskscribe.audio.decode import decode_audio
 from deskscribe.speakers.diarize import DiarizeOptions, diarize, diarize_file
 from deskscribe.speakers.encoder import SpeakerEncoder
@@ -30,17 +28,6 @@ from eval_support import _common as bench
 pytest.importorskip("pyannote.metrics")
 SR = 16000
 CALL = EVAL / "two-speakers.wav"
-
-
-def _bench_speakers():
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(
-        "bench_speakers_tools", ROOT / "bench" / "speakers_tools.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +160,7 @@ def test_stored_thresholds_are_the_ones_used(speaker_model: Path, tmp_path: Path
     """``bench/speakers.py --calibrate`` stores a model's thresholds in its manifest; the
     encoder reads them and diarization cuts there. A threshold of 1.9 (cosine distance)
     merges everything: the two-voice call then has one speaker; without it, two."""
-    speakers_bench = _bench_speakers()
+    speakers_bench = bench_module("speakers_tools")
     folder = tmp_path / "speaker-calibrated"
     shutil.copytree(speaker_model, folder)
     audio = decode_audio(CALL)
