@@ -160,10 +160,10 @@ def test_real_speech_activations_do_not_saturate_a_non_vnni_kernel(
 
 
 # How much further from fp32 the int8 cross K/V of the call's first window may lie on an
-# AVX2-only CPU than on this one. Measured (bench/cpu_kinds.py, AMD EPYC with AVX-512 VNNI, one
-# thread, 2026-12-07): 7-bit weights 1.00x (0.0840 here, 0.0838 on AVX2, the same tokens); full
-# 8-bit weights 2.34x their own distance here (other tokens: "I needed to die", "This is died
-# in in New Jersey"), 2.01x the 7-bit distance here (the control below).
+# AVX2-only CPU than on this one. Measured (bench/cpu_kinds.py, one thread): 7-bit weights 1.00x
+# on an AMD EPYC with AVX-512 VNNI (0.0840 there, 0.0838 on AVX2; 2026-12-07) and 1.00x on an
+# Intel Xeon (Ice Lake) with AVX-512 VNNI (0.0840 / 0.0838); full 8-bit weights 2.34x and 2.40x
+# their own distance there, 2.01x the 7-bit distance (the control below).
 AVX2_DRIFT_BOUND = 1.15
 
 
@@ -173,9 +173,16 @@ def test_int8_on_an_emulated_avx2_cpu_stays_as_close_to_fp32_as_here(
     """ONNX Runtime's real AVX2 int8 kernels, whatever CPU runs the tests: qemu-x86_64 runs the
     same Python and ONNX Runtime with a Haswell's CPUID (AVX2, no AVX-512, no VNNI), so MLAS
     adds the u8 x s8 pairs into saturating 16-bit sums. On the real call's first window the
-    int8 build must write the greedy tokens this CPU writes and its cross K/V must lie no
-    further from fp32 than here. The control, the same weights in 8 bits, lies twice as far
-    on the emulated CPU (on any host: the emulated kernel is always the saturating one)."""
+    int8 build's cross K/V must lie no further from fp32 than here. The control, the same
+    weights in 8 bits, lies twice as far on the emulated CPU (on any host: the emulated kernel
+    is always the saturating one).
+
+    The greedy tokens are not compared: they depend on the host. On an AMD EPYC the emulated
+    AVX2 int8 wrote this CPU's tokens; on an Intel Xeon (Ice Lake, AVX-512 VNNI) it wrote "I
+    needed to design ... I heard of the--" where the Xeon wrote "I needed to die ... I heard a
+    beat" (the call says "Neither did I ... I heard a beep"), at the same distance from fp32
+    (0.0838 against 0.0840): tiny.en's near ties, tipped by float operators that round
+    differently per instruction set, not the saturation this test is for."""
     if shutil.which("qemu-x86_64") is None:
         pytest.fail(
             "qemu-x86_64 is missing: scripts/test.sh installs it (apt-get install qemu-user)"
@@ -191,10 +198,10 @@ def test_int8_on_an_emulated_avx2_cpu_stays_as_close_to_fp32_as_here(
     assert avx2["flags"]["AVX2"] and not avx2["flags"]["AVX512F"], avx2["flags"]
     assert not avx2["flags"]["AVX512VNNI"], avx2["flags"]
     assert len(here["tokens"]) > 20, here["text"]  # a real window of speech, not an early end
-    assert np.array_equal(avx2["tokens"], here["tokens"]), (avx2["text"], here["text"])
     near = kinds.rms_from(here, fp32)
     drift = kinds.rms_from(avx2, fp32) / near
-    print(f"int8 to fp32 RMS here {near:.4f}, on AVX2 {drift:.2f}x")
+    print(f"int8 to fp32 RMS here {near:.4f}, on AVX2 {drift:.2f}x; texts:")
+    print(f"  here: {here['text']}\n  AVX2: {avx2['text']}")
     assert drift <= AVX2_DRIFT_BOUND, f"AVX2 int8 lies {drift:.2f}x as far from fp32 as here"
 
     control = kinds.rms_from(eight_bit, fp32) / near
