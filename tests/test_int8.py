@@ -223,10 +223,11 @@ PATHS = {"batched": (True, False), "sequential+words": (False, True), "sequentia
 # .173/.185/.185; base fp32 .160/.185/.185, int8 .173/.173/.259. Ice Lake, 2026-12-07: tiny.en
 # fp32 .160/.185/.185, int8 .136/.185/.185; base fp32 .160/.185/.185, int8 .173/.222/.222 (three
 # words of the reference's 81 more than fp32: int8's near ties, which tip per CPU; that text
-# keeps its contractions and says nothing twice). Sequential without word timestamps on base int8 says its last sentence twice
-# on the Xeon with AMX: its timestamp tokens put 30 s of speech at 0-24 s and the next window
-# starts at 24 s (openai/whisper and faster-whisper seek the same way; faster-whisper repeats
-# more there). With word timestamps the next window starts after the last word instead.
+# keeps its contractions and says nothing twice). Sequential without word timestamps on base
+# int8 says its last sentence twice on the Xeon with AMX: its timestamp tokens put 30 s of
+# speech at 0-24 s and the next window starts at 24 s (openai/whisper and faster-whisper seek
+# the same way; faster-whisper repeats more there). With word timestamps the next window
+# starts after the last word instead.
 WER_BOUND = {"tiny.en": 0.22, "base": 0.24}
 WER_BOUND_SEQUENTIAL_INT8 = {"base": 0.28}
 # Reference contractions written as one word: faster-whisper kept at least 4 on the same
