@@ -577,3 +577,79 @@ def test_progress_moves_while_a_batch_decodes_and_cancel_stops_it(tiny_model, me
             seen.append(seg)
     assert seen == []
     assert progress and 0 < progress[0] < total / 2
+
+
+class _Steps:
+    """Counts the decoder steps of a decode (it checks its cancel event before each)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def is_set(self) -> bool:
+        self.steps += 1
+        return False
+
+
+def test_greedy_stops_where_its_text_ends_with_the_tokens_asked(tiny_model, sentences) -> None:
+    audio = tiny_model.encode(log_mel(np.concatenate(sentences[:2]), 80)[None])
+    plain = WindowDecoder(tiny_model, DecodingOptions()).decode(audio, "en").tokens
+    stop = plain[6:10]
+    stopped = WindowDecoder(tiny_model, DecodingOptions(stop_at=stop)).decode(audio, "en")
+    assert stopped.tokens == plain[:10]
+    assert len(stopped.token_logprobs) == 10
+
+
+@pytest.mark.parametrize("end", ["last", "first"])
+def test_a_second_look_recovers_the_sentence_the_beam_left_out(tiny_model, sentences, end) -> None:
+    """Beam search sometimes drops a chunk's first or last sentence. The second look times
+    the speech the text left out, decodes only that sentence greedily (its own tokens, not
+    the chunk's again) and keeps the rest of the beam text as it was."""
+    from deskscribe.whisper.batched import (
+        JOIN_TOKENS,
+        _second_look,
+        _untimed_ends,
+        chunk_segments,
+        decode_chunks,
+        encode_chunks,
+        row,
+    )
+
+    picks = [1, 2, 3, 5]  # four sentences, short pauses: one chunk
+    audio = np.concatenate([x for i in picks for x in (sentences[i], _silence(0.7))])
+    chunks = list(speech_chunks(_blocks(np.concatenate([_silence(1), audio]))))
+    assert len(chunks) == 1
+    chunk, opts = chunks[0], dataclasses.replace(BATCHED, beam_size=5)
+    features = row(encode_chunks(tiny_model, chunks), 0)
+    full = decode_chunks(tiny_model, features, "en", opts, [])[0]
+    tk = tiny_model.tokenizer
+    tokens = [t for t in full.tokens if t < tk.eot]
+    ends = [i + 1 for i, t in enumerate(tokens) if tk.decode([t]).strip().endswith(".")]
+    assert len(ends) == 4, tk.decode(tokens)
+    cut = slice(0, ends[-2]) if end == "last" else slice(ends[0], None)
+    beam = dataclasses.replace(
+        full, tokens=tokens[cut], token_logprobs=full.token_logprobs[: len(tokens)][cut]
+    )  # the beam text without that sentence
+    missing = SENTENCES[picks[-1] if end == "last" else picks[0]]
+    dropped = chunk_segments(tiny_model, chunk, features, beam, "en", opts)
+    head, tail = _untimed_ends(chunk, dropped)
+    assert (tail if end == "last" else head) > 1.5 > (head if end == "last" else tail)
+
+    steps = _Steps()
+    look = _second_look(tiny_model, features, beam, "en", opts, [], steps, end == "first")
+    assert look is not None
+    strict = dataclasses.replace(opts, logprob_threshold=-1e-6)  # no text is that sure
+    assert _second_look(tiny_model, features, beam, "en", strict, [], None, end == "first") is None
+    if end == "last":
+        assert look.tokens[: len(beam.tokens)] == beam.tokens
+        new = look.tokens[len(beam.tokens) :]
+    else:
+        assert look.tokens[-len(beam.tokens) :] == beam.tokens
+        new = look.tokens[: -len(beam.tokens)]
+    assert wer(missing, tk.decode(new)) <= 0.2, tk.decode(new)
+    assert len(look.token_logprobs) == len(look.tokens)
+    # The decoder ran for the sentence (and the tokens it joins on), not the whole chunk.
+    assert steps.steps <= len(new) + JOIN_TOKENS + 2 < len(tokens), (steps.steps, len(new))
+    segments = chunk_segments(tiny_model, chunk, features, look, "en", opts)
+    whole = chunk_segments(tiny_model, chunk, features, full, "en", opts)
+    assert max(_untimed_ends(chunk, segments)) <= max(_untimed_ends(chunk, whole)) + 0.2
+    assert wer(" ".join(SENTENCES[i] for i in picks), " ".join(s.text for s in segments)) <= 0.1

@@ -44,6 +44,8 @@ class DecodingOptions:
     patience: float = 1.0
     length_penalty: float | None = None
     prompt: list[int] | None = None
+    prefix: list[int] | None = None  # text the window's transcript starts with (forced)
+    stop_at: list[int] | None = None  # greedy only: a window stops once its text ends so
     suppress_blank: bool = True
     suppress_tokens: list[int] | None = None  # None: the non-speech symbols + specials
     without_timestamps: bool = False
@@ -283,6 +285,8 @@ class WindowDecoder:
         seq += self.tk.sot_sequence(language, self.opt.task)
         if self.opt.without_timestamps:
             seq.append(self.tk.no_timestamps)
+        if self.opt.prefix:
+            seq += self.opt.prefix
         return seq, sot_index
 
     def filters(self, sample_begin: int) -> list[LogitFilter]:
@@ -403,7 +407,7 @@ class WindowDecoder:
     ) -> list[_Search]:
         """Greedy (or sampled) decoding of ``n_audio`` windows; finished windows leave the
         batch (their rows and audio are dropped) where the audio is in host memory."""
-        eot = self.tk.eot
+        eot, stop = self.tk.eot, self.opt.stop_at
         seq = np.array([initial] * n_audio, dtype=np.int64)  # rows of the current batch
         rows = np.arange(n_audio)  # window of each row
         out = [_Search([], [], 0.0) for _ in range(n_audio)]
@@ -424,6 +428,9 @@ class WindowDecoder:
                     continue
                 out[w].tokens.append(int(tokens[r]))
                 out[w].logprobs.append(float(lps[r]))
+                if stop and out[w].tokens[-len(stop) :] == stop:
+                    rows[r] = -1
+                    continue
                 live.append(r)
             seq = np.concatenate([seq, tokens[:, None]], axis=1)
             looped = looping_rows(seq[:, len(initial) :]) & (rows >= 0)
