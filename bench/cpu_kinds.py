@@ -83,15 +83,20 @@ def qemu() -> str:
     return found
 
 
-def run_kind(kind: str, model_dir: Path, out: Path, timeout: float = 900) -> dict:
-    """``window_numbers`` in a child on ``kind`` (HOST: this CPU; else a qemu CPU model)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(model_dir), str(out)]
+def _child(kind: str, args: list[str], timeout: float) -> None:
+    """This script with ``args`` in a child on ``kind`` (HOST: this CPU; else a qemu CPU model)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), *args]
     if kind != HOST:
         cmd = [qemu(), "-cpu", kind, *cmd]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{kind} child failed ({done.returncode}):\n{done.stderr[-2000:]}")
+
+
+def run_kind(kind: str, model_dir: Path, out: Path, timeout: float = 900) -> dict:
+    """``window_numbers`` in a child on ``kind`` (HOST: this CPU; else a qemu CPU model)."""
+    _child(kind, ["--child", str(model_dir), str(out)], timeout)
     got = np.load(out)
     return {
         "k": got["k"],
@@ -100,6 +105,62 @@ def run_kind(kind: str, model_dir: Path, out: Path, timeout: float = 900) -> dic
         "flags": json.loads(str(got["flags"])),
         "text": str(got["text"]),
     }
+
+
+def integer_matmuls(weights: list[np.ndarray]) -> bytes:
+    """An ONNX graph of ``MatMulInteger`` nodes, one per int8 weight ``[in, out]`` (a constant,
+    as in the models, so ONNX Runtime packs it the same way): input ``a{i}`` (uint8 rows) with
+    its zero point ``z{i}``, output ``y{i}`` (the int32 sums)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inputs, outputs, inits = [], [], [], []
+    for i, w in enumerate(weights):
+        inits.append(numpy_helper.from_array(w.astype(np.int8), f"w{i}"))
+        inputs += [helper.make_tensor_value_info(f"a{i}", TensorProto.UINT8, [None, w.shape[0]]),
+                   helper.make_tensor_value_info(f"z{i}", TensorProto.UINT8, [])]  # fmt: skip
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.INT32, None))
+        nodes.append(helper.make_node("MatMulInteger", [f"a{i}", f"w{i}", f"z{i}"], [f"y{i}"]))
+    g = helper.make_graph(nodes, "int8-matmuls", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def matmul_numbers(model: str, feeds: str, out: str) -> None:
+    """The child of ``run_matmuls``: ``model`` on one thread over the arrays in ``feeds``."""
+    import onnxruntime as ort
+    from numpy._core._multiarray_umath import __cpu_features__ as features
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    got = sess.run(names, dict(np.load(feeds)))
+    flags = {k: bool(features.get(k)) for k in ("AVX", "AVX2", "AVX512F", "AVX512VNNI")}
+    np.savez(out, flags=json.dumps(flags), **dict(zip(names, got, strict=True)))
+
+
+def run_matmuls(
+    kind: str, weights: list[np.ndarray], rows: list[tuple[np.ndarray, int]], work: Path,
+    timeout: float = 600,
+) -> tuple[list[np.ndarray], dict]:  # fmt: skip
+    """ONNX Runtime's int8 kernel of ``kind`` on uint8 ``rows`` (with their zero points) times
+    int8 ``weights``: the int32 sums and the CPU flags numpy saw. Only the integer matmuls run
+    under emulation: qemu emulates AVX2 float code very slowly on some hosts (a 256 x 256
+    float32 matmul took 2.4 s on an Intel Xeon with AMX, where the whole-model child did not
+    finish in 15 minutes), and the saturation is in the integer kernel."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "matmuls.onnx").write_bytes(integer_matmuls(weights))
+    feeds = {}
+    for i, (a, zero) in enumerate(rows):
+        feeds[f"a{i}"] = a.astype(np.uint8)
+        feeds[f"z{i}"] = np.array(zero, np.uint8)
+    np.savez(work / "feeds.npz", **feeds)
+    out = work / "sums.npz"
+    _child(kind, ["--matmul-child", str(work / "matmuls.onnx"), str(work / "feeds.npz"),
+                  str(out)], timeout)  # fmt: skip
+    got = np.load(out)
+    return [got[f"y{i}"] for i in range(len(weights))], json.loads(str(got["flags"]))
 
 
 def rms_from(a: dict, b: dict) -> float:
@@ -130,9 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sabotage", action="store_true", help="add an int8 build with 8-bit weights")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--matmul-child", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         window_numbers(*args.child)
+        return 0
+    if args.matmul_child:
+        matmul_numbers(*args.matmul_child)
         return 0
     qemu()
     kinds = [HOST, *[k for k in args.kinds.split(",") if k]]
