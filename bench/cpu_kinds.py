@@ -44,10 +44,16 @@ KINDS = {"Haswell": "AVX2, no AVX-512/VNNI"}
 GREEDY_STEPS = 60
 
 
-def window_numbers(model_dir: str, out: str) -> None:
-    """The child: cross K/V of the call's first window and its greedy tokens, into ``out``."""
+def cpu_flags() -> str:
+    """The instruction sets numpy's CPU dispatch sees in this process (qemu's, under qemu), as
+    JSON: what tells a child's kernels apart."""
     from numpy._core._multiarray_umath import __cpu_features__ as features
 
+    return json.dumps({k: bool(features.get(k)) for k in ("AVX", "AVX2", "AVX512F", "AVX512VNNI")})
+
+
+def window_numbers(model_dir: str, out: str) -> None:
+    """The child: cross K/V of the call's first window and its greedy tokens, into ``out``."""
     from deskscribe.audio.decode import decode_audio
     from deskscribe.whisper.features import N_SAMPLES, log_mel
     from deskscribe.whisper.model import DecoderState, WhisperModel
@@ -69,9 +75,7 @@ def window_numbers(model_dir: str, out: str) -> None:
         k=np.stack(audio.cross_k),
         v=np.stack(audio.cross_v),
         tokens=np.array(tokens),
-        flags=json.dumps(
-            {k: bool(features.get(k)) for k in ("AVX", "AVX2", "AVX512F", "AVX512VNNI")}
-        ),
+        flags=cpu_flags(),
         text=tok.decode(tokens),
     )
 
@@ -129,15 +133,13 @@ def integer_matmuls(weights: list[np.ndarray]) -> bytes:
 def matmul_numbers(model: str, feeds: str, out: str) -> None:
     """The child of ``run_matmuls``: ``model`` on one thread over the arrays in ``feeds``."""
     import onnxruntime as ort
-    from numpy._core._multiarray_umath import __cpu_features__ as features
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     got = sess.run(names, dict(np.load(feeds)))
-    flags = {k: bool(features.get(k)) for k in ("AVX", "AVX2", "AVX512F", "AVX512VNNI")}
-    np.savez(out, flags=json.dumps(flags), **dict(zip(names, got, strict=True)))
+    np.savez(out, flags=cpu_flags(), **dict(zip(names, got, strict=True)))
 
 
 def run_matmuls(
