@@ -17,7 +17,7 @@ import onnxruntime as ort
 
 from ..errors import Cancelled, DeskScribeError
 from .model import AudioFeatures, WhisperModel
-from .runtime import engine_errors
+from .runtime import CPU, engine_errors, session_options
 from .tokenizer import WhisperTokenizer
 
 
@@ -190,10 +190,9 @@ def _top_session(threads: int) -> ort.InferenceSession:
     and ORT's own ReduceLogSumExp is slower than max / exp / sum / log spelled out."""
     from ..graph_cache import cached
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
+    # The app's CPU options: a session left spinning after its run took the cores from the
+    # decoder's next step.
+    opts = session_options(CPU, threads)
     return cached(
         "top-candidates",
         _top_graph,

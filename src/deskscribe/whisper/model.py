@@ -514,15 +514,11 @@ def _read_manifest(folder: Path) -> dict:
 
 
 def cpu_session(path: Path, threads: int) -> ort.InferenceSession:
-    """A CPU session whose threads sleep while they wait instead of spinning. A decoder step
-    is hundreds of operations of a few microseconds each; spinning threads burn a core between
-    them and, on a machine with other work, lose it at every wait. Measured on the 2-core
-    development box with other processes running (tiny.en int8, one minute of speech, two
-    threads): 8.4 s and 5.2 CPU-s without spinning, 11.7 s and 8.9 CPU-s with it."""
-    opts = session_options(CPU, threads)
-    if threads != 1:
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), sess_options=opts, providers=[CPU])
+    """A CPU session with the app's options (``session_options``: threads sleep while they
+    wait)."""
+    return ort.InferenceSession(
+        str(path), sess_options=session_options(CPU, threads), providers=[CPU]
+    )
 
 
 def _host(value: object) -> np.ndarray:
