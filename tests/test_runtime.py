@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from deskscribe.whisper.features import log_mel
 from deskscribe.whisper.model import ModelNotBuiltError, WhisperModel
 from deskscribe.whisper.runtime import CPU, CUDA, DeviceError, available_providers
 from skips import gpu
+from threads_support import cpu_of_other_threads_while_idle
 
 RuntimeException = onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException
 
@@ -173,19 +173,6 @@ def test_a_folder_built_by_version_7_runs_and_agrees(
         assert abs(a.start - b.start) <= 0.02 and abs(a.end - b.end) <= 0.02, (a, b)
 
 
-def _cpu_of_other_threads_while_idle(run, times: int = 12, window: float = 0.02) -> float:
-    """CPU seconds that threads other than this one burn in the ``window`` after each of
-    ``times`` calls of ``run``, while this thread waits (nothing to await: the idle time is
-    what is measured)."""
-    burnt = 0.0
-    for _ in range(times):
-        run()
-        process, thread = time.process_time(), time.thread_time()
-        time.sleep(window)
-        burnt += (time.process_time() - process) - (time.thread_time() - thread)
-    return burnt
-
-
 def test_cpu_sessions_do_not_keep_a_core_busy_after_their_run(tiny_fp32: Path) -> None:
     """Every CPU session the engine opens lets its threads sleep once a run is over. One left
     spinning (beam search's candidate session did) keeps a core busy for tens of milliseconds
@@ -198,14 +185,14 @@ def test_cpu_sessions_do_not_keep_a_core_busy_after_their_run(tiny_fp32: Path) -
     mel = log_mel(load(EVAL / "jfk.flac")[: 16000 * 8], model.n_mels)[None]
     audio = model.encode(mel)
     decoder = WindowDecoder(model, DecodingOptions(beam_size=5, sample_len=3))
-    engine = _cpu_of_other_threads_while_idle(lambda: decoder.decode(audio, "en"))
+    engine = cpu_of_other_threads_while_idle(lambda: decoder.decode(audio, "en"))
 
     opts = onnxruntime.SessionOptions()
     opts.intra_op_num_threads = 2
     spinning = onnxruntime.InferenceSession(_top_graph()[0], opts, providers=[CPU])
     logits = np.random.default_rng(0).standard_normal((5, model.dims.n_vocab)).astype(np.float32)
     feeds = {"logits": logits, "k": np.array([6], dtype=np.int64)}
-    control = _cpu_of_other_threads_while_idle(lambda: spinning.run(None, feeds))
+    control = cpu_of_other_threads_while_idle(lambda: spinning.run(None, feeds))
     assert control > 0.05, f"the spinning control burnt only {control:.3f} CPU-s: cannot tell"
     assert engine < 0.25 * control, (
         f"the engine's threads burnt {engine:.3f} CPU-s while idle after its runs "

@@ -44,6 +44,7 @@ from deskscribe.speakers.segmentation import (
 from gui_support import app_env  # noqa: F401 (fixture)
 from hub_server import HubServer, load_repo
 from pyannote_weights import equality_weights, se
+from threads_support import cpu_of_other_threads_while_idle
 
 TOKEN = "hf_accepted_conditions"
 CALL = EVAL / "two-speakers.wav"  # real speech that tiny.en writes (the AMI clip is far-field)
@@ -539,4 +540,24 @@ def test_models_page_installs_it(qtbot, app_env, hub, monkeypatch) -> None:  # n
             for r in range(panel.table.rowCount())
         ),
         timeout=20_000,
+    )
+
+
+def test_segmentation_sessions_do_not_keep_a_core_busy(weights) -> None:
+    """The speaker stage of one file runs while another file is transcribed: its sessions'
+    threads sleep after a run, as the engine's do. Real windows of the call through the
+    segmentation model; the same model in a session with ONNX Runtime's defaults (spinning
+    threads) is the control."""
+    folder, clip = weights
+    pipe = SegmentationPipeline(folder / "segmentation.onnx", folder / "embedding.onnx", folder)
+    audio = se.read_audio(clip, None)[: 16000 * 12]
+    options = SegmentationOptions(step=4.0)
+    ours = cpu_of_other_threads_while_idle(lambda: pipe.segment(audio, options), times=8)
+    spinning = _session(folder / "segmentation.onnx")
+    name = spinning.get_inputs()[0].name
+    window = np.ascontiguousarray(audio[None, None, :160000], dtype=np.float32)
+    control = cpu_of_other_threads_while_idle(lambda: spinning.run(None, {name: window}), times=8)
+    assert control > 0.03, f"the spinning control burnt only {control:.3f} CPU-s: cannot tell"
+    assert ours < 0.25 * control, (
+        f"the segmentation sessions burnt {ours:.3f} CPU-s while idle (spinning: {control:.3f})"
     )
