@@ -282,3 +282,46 @@ def test_real_call_keeps_contractions_on_every_path(
         else:
             assert not _repeated(segments), f"{label} repeats {_repeated(segments)}: {text}"
         assert error <= bound, f"{label}: WER {error:.3f} > {bound}: {text}"
+
+
+@pytest.mark.parametrize("variant", ["int8", "fp32"])
+def test_merged_projections_give_the_separate_ones_numbers(
+    variant: str, tiny_ct2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU variants compute a decoder layer's self-attention q, k and v as one matmul
+    (fewer, larger operators in a memory-bound step). In int8 that gives the separate
+    matmuls' numbers bit for bit: one activation scale per tensor either way, each output
+    column its own integer sum; in fp32 the same within float rounding. Real decoding steps
+    on the call's first window against a build with the projections apart."""
+    merged = built(tiny_ct2, "tiny.en", variant)
+    apart = tmp_path / "apart"
+    with monkeypatch.context() as m:
+
+        def separate(self, x, parts):
+            return [self.linear(x, pre, bias=bias, scale=sc) for pre, bias, sc in parts]
+
+        m.setattr(graph._Builder, "linears", separate)
+        build_model(tiny_ct2, apart, variant, name="apart", overwrite=True)
+    counts = []
+    for folder in (merged, apart):
+        proto = onnx.load(str(folder / "decoder.onnx"), load_external_data=False)
+        counts.append(Counter(n.op_type for n in proto.graph.node))
+    op = "DynamicQuantizeMatMul" if variant == "int8" else "MatMul"
+    layers = WhisperModel(merged, device="cpu", threads=1).dims.n_text_layer
+    assert counts[0][op] == counts[1][op] - 2 * layers, (counts[0][op], counts[1][op])
+
+    mel = log_mel(decode_audio(CALL)[:N_SAMPLES], 80)[None]
+    results = []
+    for folder in (merged, apart):
+        model = WhisperModel(folder, device="cpu", threads=1)
+        state = model.start(model.encode(mel), 1)
+        steps = [state.step(np.array([[50257, 50362]]))]  # <|startoftranscript|><|notimestamps|>
+        for _ in range(6):
+            steps.append(state.step(steps[-1][0].argmax(axis=1)[:, None]))
+        results.append(steps)
+    for (logits_a, align_a), (logits_b, align_b) in zip(*results, strict=True):
+        if variant == "int8":
+            assert np.array_equal(logits_a, logits_b) and np.array_equal(align_a, align_b)
+        else:
+            np.testing.assert_allclose(logits_a, logits_b, rtol=0, atol=1e-4)
+            np.testing.assert_allclose(align_a, align_b, rtol=0, atol=1e-5)

@@ -107,6 +107,35 @@ class _Builder:
             y = g.op("Add", y, g.weight(b.astype(self.cfg.np_dtype)))
         return y
 
+    def linears(self, x: str, parts: list[tuple[str, bool, float]]) -> list[str]:
+        """``linear`` of each ``(prefix, bias, scale)`` of ``parts`` on the same ``x``, as one
+        matmul whose output is split (the CPU variants). A decoder step is memory-bound and
+        made of small operators: each matmul dispatched costs a wake-up of the threads and,
+        in int8, quantizes ``x`` again. In int8 the outputs are bit for bit the separate
+        ones: ``x`` is quantized with one scale per tensor either way, and each output column
+        is its own integer sum. The fp16 variant (GPUs) keeps separate matmuls."""
+        if self.cfg.variant == "fp16" or len(parts) == 1:
+            return [self.linear(x, pre, bias=bias, scale=sc) for pre, bias, sc in parts]
+        g = self.g
+        weights, biases, sizes = [], [], []
+        for pre, bias, sc in parts:
+            w = self.ck.float(f"{pre}.w") * sc
+            weights.append(w)
+            sizes.append(w.shape[0])
+            has = bias and f"{pre}.b" in self.ck.tensors
+            biases.append(self.ck.float(f"{pre}.b") * sc if has else np.zeros(w.shape[0]))
+        w = np.concatenate(weights)
+        b = np.concatenate(biases).astype(np.float32)
+        if self.cfg.variant == "int8":
+            q, row_scale = quantize_rows(w)
+            zero = np.zeros(q.shape[0], dtype=np.int8)
+            inputs = [x, g.weight(np.ascontiguousarray(q.T)), g.weight(row_scale), g.weight(zero)]
+            y = g.op("DynamicQuantizeMatMul", *inputs, g.weight(b), domain="com.microsoft")
+        else:
+            y = g.op("MatMul", x, g.weight(np.ascontiguousarray(w.T).astype(self.cfg.np_dtype)))
+            y = g.op("Add", y, g.weight(b.astype(self.cfg.np_dtype)))
+        return g.op("Split", y, g.const(sizes), axis=-1, outputs=len(parts))
+
     def layer_norm(self, x: str, prefix: str) -> str:
         return self.g.op(
             "LayerNormalization",
@@ -319,9 +348,17 @@ def build_decoder(
         for i in range(L):
             p = f"dec.{i}"
             h = b.layer_norm(x, f"{p}.attn_ln")
-            q = b.split_heads(b.linear(h, f"{p}.attn.q", scale=scale), H, dh, [0, 2, 1, 3])
-            k = b.split_heads(b.linear(h, f"{p}.attn.k", bias=False), H, dh, [0, 2, 3, 1])
-            v = b.split_heads(b.linear(h, f"{p}.attn.v"), H, dh, [0, 2, 1, 3])
+            q, k, v = b.linears(
+                h,
+                [
+                    (f"{p}.attn.q", True, scale),
+                    (f"{p}.attn.k", False, 1.0),
+                    (f"{p}.attn.v", True, 1.0),
+                ],
+            )
+            q = b.split_heads(q, H, dh, [0, 2, 1, 3])
+            k = b.split_heads(k, H, dh, [0, 2, 3, 1])
+            v = b.split_heads(v, H, dh, [0, 2, 1, 3])
             new_k.append(k)
             new_v.append(v)
             scores = g.op("Concat", g.op("MatMul", q, past_k[i]), g.op("MatMul", q, k), axis=-1)
