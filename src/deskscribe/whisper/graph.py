@@ -87,25 +87,30 @@ class _Builder:
             w = w.T
         return self.g.weight(w.astype(self.cfg.np_dtype))
 
-    def linear(self, x: str, prefix: str, bias: bool = True, scale: float = 1.0) -> str:
-        """``x @ W.T + b`` for the weight ``prefix.w`` (layout ``[out, in]``)."""
+    def matmul(self, x: str, w: np.ndarray, b: np.ndarray | None = None) -> str:
+        """``x @ w.T (+ b)`` for a float weight ``w [out, in]``: in the int8 variant
+        ``DynamicQuantizeMatMul`` with ``w`` quantized per output row to 7 bits (weights
+        already int8 in the checkpoint, from CTranslate2, are re-quantized too: 8-bit values
+        would saturate on CPUs without VNNI), else ``MatMul`` (+ ``Add``) in the variant's type."""
         g = self.g
-        b = None
-        if bias and f"{prefix}.b" in self.ck.tensors:
-            b = self.ck.float(f"{prefix}.b") * scale
         if self.cfg.variant == "int8":
-            # Weights already int8 in the checkpoint (CTranslate2 int8) are re-quantized to
-            # the 7-bit range too: 8-bit values would saturate on CPUs without VNNI.
-            q, row_scale = quantize_rows(self.ck.float(f"{prefix}.w") * scale)
+            q, row_scale = quantize_rows(w)
             zero = np.zeros(q.shape[0], dtype=np.int8)
             inputs = [x, g.weight(np.ascontiguousarray(q.T)), g.weight(row_scale), g.weight(zero)]
             if b is not None:
                 inputs.append(g.weight(b.astype(np.float32)))
             return g.op("DynamicQuantizeMatMul", *inputs, domain="com.microsoft")
-        y = g.op("MatMul", x, self.float_weight(f"{prefix}.w", scale, transpose=True))
+        y = g.op("MatMul", x, g.weight(np.ascontiguousarray(w.T).astype(self.cfg.np_dtype)))
         if b is not None:
             y = g.op("Add", y, g.weight(b.astype(self.cfg.np_dtype)))
         return y
+
+    def linear(self, x: str, prefix: str, bias: bool = True, scale: float = 1.0) -> str:
+        """``x @ W.T + b`` for the weight ``prefix.w`` (layout ``[out, in]``)."""
+        b = None
+        if bias and f"{prefix}.b" in self.ck.tensors:
+            b = self.ck.float(f"{prefix}.b") * scale
+        return self.matmul(x, self.ck.float(f"{prefix}.w") * scale, b)
 
     def linears(self, x: str, parts: list[tuple[str, bool, float]]) -> list[str]:
         """``linear`` of each ``(prefix, bias, scale)`` of ``parts`` on the same ``x``, as one
@@ -116,25 +121,15 @@ class _Builder:
         is its own integer sum. The fp16 variant (GPUs) keeps separate matmuls."""
         if self.cfg.variant == "fp16" or len(parts) == 1:
             return [self.linear(x, pre, bias=bias, scale=sc) for pre, bias, sc in parts]
-        g = self.g
-        weights, biases, sizes = [], [], []
+        weights, biases = [], []
         for pre, bias, sc in parts:
             w = self.ck.float(f"{pre}.w") * sc
             weights.append(w)
-            sizes.append(w.shape[0])
             has = bias and f"{pre}.b" in self.ck.tensors
             biases.append(self.ck.float(f"{pre}.b") * sc if has else np.zeros(w.shape[0]))
-        w = np.concatenate(weights)
-        b = np.concatenate(biases).astype(np.float32)
-        if self.cfg.variant == "int8":
-            q, row_scale = quantize_rows(w)
-            zero = np.zeros(q.shape[0], dtype=np.int8)
-            inputs = [x, g.weight(np.ascontiguousarray(q.T)), g.weight(row_scale), g.weight(zero)]
-            y = g.op("DynamicQuantizeMatMul", *inputs, g.weight(b), domain="com.microsoft")
-        else:
-            y = g.op("MatMul", x, g.weight(np.ascontiguousarray(w.T).astype(self.cfg.np_dtype)))
-            y = g.op("Add", y, g.weight(b.astype(self.cfg.np_dtype)))
-        return g.op("Split", y, g.const(sizes), axis=-1, outputs=len(parts))
+        y = self.matmul(x, np.concatenate(weights), np.concatenate(biases).astype(np.float32))
+        sizes = [w.shape[0] for w in weights]
+        return self.g.op("Split", y, self.g.const(sizes), axis=-1, outputs=len(parts))
 
     def layer_norm(self, x: str, prefix: str) -> str:
         return self.g.op(
@@ -393,16 +388,7 @@ def build_decoder(
         x = b.layer_norm(x, "dec.ln")
         last = g.op("Gather", x, g.const(-1), axis=1)  # [B, d]
         if cfg.variant == "int8":
-            q, row_scale = quantize_rows(b.ck.float("dec.embed"))
-            zp = np.zeros(q.shape[0], dtype=np.int8)
-            logits = g.op(
-                "DynamicQuantizeMatMul",
-                last,
-                g.weight(np.ascontiguousarray(q.T)),
-                g.weight(row_scale),
-                g.weight(zp),
-                domain="com.microsoft",
-            )
+            logits = b.matmul(last, b.ck.float("dec.embed"))
         else:
             # The same embedding matrix, read transposed: no second copy on disk or on the GPU.
             logits = g.op("Gemm", last, embed, transB=1)
