@@ -428,12 +428,13 @@ class SegmentationPipeline:
     def __init__(self, segmentation: str | Path, embedding: str | Path, plda: str | Path):
         import onnxruntime as ort
 
-        # Threads sleep between runs instead of spinning, as the app's other CPU sessions
-        # (``whisper.runtime.session_options``), so that a file's speaker stage leaves the cores
-        # to another file's transcription; the memory arena stays (without it the real call
-        # took 11.7-13.4 s a pass here instead of 9.5-10.4).
-        opts = ort.SessionOptions()
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        from ..whisper.runtime import sleep_between_runs
+
+        # Threads sleep between runs, as the app's other CPU sessions, so that a file's
+        # speaker stage leaves the cores to another file's transcription; ONNX Runtime's
+        # other defaults stay (the app's ``session_options`` turn the memory arena off, which
+        # made a pass over the real call take 11.7-13.4 s here instead of 9.3-10.4).
+        opts = sleep_between_runs(ort.SessionOptions())
         providers = ["CPUExecutionProvider"]
         self.segmentation = ort.InferenceSession(str(segmentation), opts, providers=providers)
         self.embedding = ort.InferenceSession(str(embedding), opts, providers=providers)

@@ -70,6 +70,19 @@ def provider_options(provider: str) -> dict[str, str]:
     return {}
 
 
+def sleep_between_runs(opts: ort.SessionOptions) -> ort.SessionOptions:
+    """Let a CPU session's threads sleep while they wait instead of spinning. A decoder step
+    is hundreds of operations of a few microseconds each; spinning threads burn a core between
+    them and, on a machine with other work, lose it at every wait. Measured on the 2-core
+    development box with other processes running (tiny.en int8, one minute of speech, two
+    threads): 8.4 s and 5.2 CPU-s without spinning, 11.7 s and 8.9 CPU-s with it. Every CPU
+    session needs it, not only the big ones: one small session left spinning after its run
+    takes the cores from the next one (beam search's candidate session made each
+    turbo-shaped beam-5 decoder step 16 -> 20-22 ms)."""
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
+
+
 def session_options(provider: str, threads: int = 0) -> ort.SessionOptions:
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -81,15 +94,7 @@ def session_options(provider: str, threads: int = 0) -> ort.SessionOptions:
         # memory goes back after beam search's large first step, at no measured speed cost.
         opts.enable_cpu_mem_arena = False
         if threads != 1:
-            # Threads sleep while they wait instead of spinning. A decoder step is hundreds of
-            # operations of a few microseconds each; spinning threads burn a core between them
-            # and, on a machine with other work, lose it at every wait. Measured on the 2-core
-            # development box with other processes running (tiny.en int8, one minute of
-            # speech, two threads): 8.4 s and 5.2 CPU-s without spinning, 11.7 s and 8.9 CPU-s
-            # with it. Every CPU session needs it, not only the big ones: one small session
-            # left spinning after its run takes the cores from the next one (beam search's
-            # candidate session made each turbo-shaped beam-5 decoder step 16 -> 20-22 ms).
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            sleep_between_runs(opts)
     if provider == DML:
         # DirectML needs these off: it cannot run with memory patterns or in parallel.
         opts.enable_mem_pattern = False
