@@ -189,6 +189,49 @@ def test_beam_search_matches_ctranslate2(tiny_model: WhisperModel, tiny_ct2: Pat
         assert ours.tokens == ref.sequences_ids[0]
 
 
+def test_beam_candidates_are_the_best_tokens_with_their_log_probabilities(
+    tiny_model: WhisperModel, clips
+) -> None:
+    """``top_candidates`` (ONNX Runtime's LogSoftmax and TopK) against float64 numpy on the
+    real first-step logits of five rows, filtered by the timestamp rules as beam search
+    filters them: the text tokens of some rows all -inf, a row whose timestamps are all -inf
+    too, and a candidate count past the finite tokens of a row."""
+    from deskscribe.whisper.decoding import ApplyTimestampRules, top_candidates
+
+    tk = tiny_model.tokenizer
+    audio = tiny_model.encode(log_mel(clips[0], 80)[None])
+    prompt = [tk.sot]
+    logits, _ = tiny_model.start(audio, 1).step(np.array([prompt], dtype=np.int64))
+    rows = np.repeat(np.asarray(logits, dtype=np.float32), 5, axis=0)
+    begin = tk.timestamp_begin
+    # rows 0-1: the first step (a timestamp first); row 2: after a text token; rows 3-4:
+    # after a timestamp, after a pair (no timestamps: text only)
+    seq = np.array([prompt] * 5)
+    rule = ApplyTimestampRules(tk, len(prompt), 50)
+    tails = [[], [], [400], [begin + 30], [begin + 30, begin + 30]]
+    for r, tail in enumerate(tails):
+        row = rows[r : r + 1]
+        if tail:
+            rule.apply(row, np.array([[*prompt, *tail]]))
+        else:
+            rule.apply(row, seq[r : r + 1])
+    rows[1, :] = -np.inf
+    rows[1, [11, 13, 400]] = [2.0, 1.0, 3.0]  # three finite tokens, six asked for
+    ref = rows.astype(np.float64)
+    peak = np.max(ref, axis=1, keepdims=True)
+    ref = ref - peak - np.log(np.exp(ref - peak).sum(axis=1, keepdims=True))
+    top, lps = top_candidates(rows, 6)
+    assert top.shape == lps.shape == (5, 6)
+    for r in range(5):
+        finite = np.isfinite(ref[r])
+        want = np.argsort(-ref[r], kind="stable")[: min(6, finite.sum())]
+        got = top[r][np.isfinite(lps[r])]
+        assert got.tolist() == want.tolist(), r
+        np.testing.assert_allclose(lps[r][: len(want)], ref[r][want], atol=2e-5)
+        assert np.all(np.isneginf(lps[r][len(want) :]))
+    assert not np.isfinite(rows[4, begin:]).any()  # the row the rules left no stamps
+
+
 def test_vocabulary_that_disagrees_with_the_tokenizer_is_refused(
     tiny_ct2: Path, base_ct2: Path, tmp_path: Path
 ) -> None:

@@ -185,9 +185,11 @@ def _logsumexp(logits: np.ndarray) -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def _top_session(threads: int) -> ort.InferenceSession:
-    """TopK and log-softmax of the picks per row, in ONNX Runtime: numpy's argpartition
-    slows down ten times on rows that are mostly -inf (as the timestamp rules make them),
-    and ORT's own ReduceLogSumExp is slower than max / exp / sum / log spelled out."""
+    """LogSoftmax and TopK per row, in ONNX Runtime: numpy's argpartition slows down ten
+    times on rows that are mostly -inf (as the timestamp rules make them), and ORT's
+    LogSoftmax (one vectorised pass) beat both its ReduceLogSumExp and max / exp / sum / log
+    spelled out as operators (5 rows of 51,864: 0.30 against 0.40 ms; 20 rows: 1.20 against
+    1.63 ms, one thread)."""
     from ..graph_cache import cached
 
     # The app's CPU options: a session left spinning after its run took the cores from the
@@ -204,14 +206,8 @@ def _top_graph() -> list[bytes]:
     from onnx import TensorProto, helper
 
     nodes = [
-        helper.make_node("TopK", ["logits", "k"], ["values", "indices"], axis=1),
-        helper.make_node("ReduceMax", ["logits"], ["peak"], axes=[1], keepdims=1),
-        helper.make_node("Sub", ["logits", "peak"], ["shifted"]),
-        helper.make_node("Exp", ["shifted"], ["exp"]),
-        helper.make_node("ReduceSum", ["exp", "axis"], ["total"], keepdims=1),
-        helper.make_node("Log", ["total"], ["log_total"]),
-        helper.make_node("Add", ["log_total", "peak"], ["lse"]),
-        helper.make_node("Sub", ["values", "lse"], ["logprobs"]),
+        helper.make_node("LogSoftmax", ["logits"], ["all_logprobs"], axis=1),
+        helper.make_node("TopK", ["all_logprobs", "k"], ["logprobs", "indices"], axis=1),
     ]
     graph = helper.make_graph(
         nodes,
@@ -224,7 +220,6 @@ def _top_graph() -> list[bytes]:
             helper.make_tensor_value_info("indices", TensorProto.INT64, ["rows", "k"]),
             helper.make_tensor_value_info("logprobs", TensorProto.FLOAT, ["rows", "k"]),
         ],
-        [helper.make_tensor("axis", TensorProto.INT64, [1], [1])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
