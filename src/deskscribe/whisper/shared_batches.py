@@ -18,9 +18,13 @@ runs one lane per core on its own batches, and two requests' calls merged into o
 a core idle; on the bench (2 cores, tiny.en int8, 4-8 streams) merging changed throughput by
 -8 to +11 %, within the noise. A GPU is where one larger batch pays.
 
-Rows of a batch are decoded independently (beam search per row), so a merged call gives each
-caller the text it gets alone; cancelling one member stops only its own work: a merged batch
-stops early only once every member in it was cancelled.
+Rows of a batch are decoded independently (beam search per row), so with float weights a
+merged call gives each caller the text it gets alone (the tests hold it to that). The int8
+variant (CPU only) quantizes each matmul's input with one scale for the whole batch, so there a
+row's numbers, and now and then a word, depend on the rows beside it: merging on the CPU
+(``on_cpu``) can change a word against the text alone, as the batched path's own grouping of
+chunks can. Cancelling one member stops only its own work: a merged batch stops early only
+once every member in it was cancelled.
 """
 
 from __future__ import annotations
