@@ -127,6 +127,17 @@ SABOTAGES: tuple[Sabotage, ...] = (
         ("tests/test_segmentation_store.py::test_segmentation_sessions_do_not_keep_a_core_busy",),
     ),
     Sabotage(
+        "candidates-unnormalised",
+        "beam search's candidates carry raw logits instead of log-probabilities",
+        "src/deskscribe/whisper/decoding.py",
+        '        helper.make_node("TopK", ["all_logprobs", "k"], ["logprobs", "indices"], axis=1),\n',
+        '        helper.make_node("TopK", ["logits", "k"], ["logprobs", "indices"], axis=1),\n',
+        (
+            "tests/test_engine.py::"
+            "test_beam_candidates_are_the_best_tokens_with_their_log_probabilities",
+        ),
+    ),
+    Sabotage(
         "merged-projections-one-scale",
         "the decoder's merged q, k, v projections lose the query's softmax scale",
         "src/deskscribe/whisper/graph.py",
