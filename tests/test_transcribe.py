@@ -215,6 +215,47 @@ def test_repetition_guard_detects_loops() -> None:
     assert not _looping([7, 8] * 3)
 
 
+def test_repetition_guard_finds_every_loop_a_full_scan_finds() -> None:
+    """``looping_rows`` checks only the periods whose last token recurs; against checking
+    every period, on random rows with loops of each period planted at the tail, near misses
+    (one token off) and rows too short for their period."""
+    from deskscribe.whisper.decoding import looping_rows
+
+    def full_scan(row: list[int]) -> bool:
+        for period in range(1, 25):
+            repeats = 12 if period == 1 else (6 if period < 4 else 4)
+            span = period * repeats
+            if len(row) < span:
+                break
+            tail = row[-span:]
+            if tail[period:] == tail[:-period]:
+                return True
+        return False
+
+    rng = np.random.default_rng(7)
+    rows, loops = [], 0
+    for period in range(1, 27):
+        for _ in range(12):
+            head = rng.integers(0, 6 if period < 3 else 50, int(rng.integers(0, 60))).tolist()
+            unit = rng.integers(0, 4, period).tolist()
+            repeats = int(rng.integers(1, 14))
+            row = head + unit * repeats
+            if rng.random() < 0.3 and row:
+                row[int(rng.integers(0, len(row)))] += 1  # a near miss somewhere
+            rows.append(row)
+    for row in rows:
+        loops += full_scan(row)
+        assert looping_rows(np.array([row], dtype=np.int64).reshape(1, -1))[0] == full_scan(row), (
+            row
+        )
+    # all rows as one batch, left-padded to one width with tokens their loops do not use
+    width = max(len(r) for r in rows)
+    padded = [rng.integers(100, 200, width - len(r)).tolist() + r for r in rows]
+    batch = np.array(padded, dtype=np.int64)
+    assert looping_rows(batch).tolist() == [full_scan(r) for r in padded]
+    assert 50 < loops < len(rows) - 50  # both kinds, plenty of each
+
+
 @pytest.mark.parametrize("width", [3, 7])
 def test_median_filter_is_the_median_of_each_window(width: int) -> None:
     """Word timing's median filter (a sorting network for width 7) against np.median."""
