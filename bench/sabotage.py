@@ -138,6 +138,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         ),
     ),
     Sabotage(
+        "repetition-guard-offset",
+        "the repetition guard's pre-filter compares the last token with the wrong positions",
+        "src/deskscribe/whisper/decoding.py",
+        "    back = sampled[:, -1 - reach : -1][:, ::-1]",
+        "    back = sampled[:, -reach:][:, ::-1]",
+        ("tests/test_transcribe.py::test_repetition_guard_finds_every_loop_a_full_scan_finds",),
+    ),
+    Sabotage(
         "merged-projections-one-scale",
         "the decoder's merged q, k, v projections lose the query's softmax scale",
         "src/deskscribe/whisper/graph.py",
