@@ -206,15 +206,10 @@ def test_beam_candidates_are_the_best_tokens_with_their_log_probabilities(
     begin = tk.timestamp_begin
     # rows 0-1: the first step (a timestamp first); row 2: after a text token; rows 3-4:
     # after a timestamp, after a pair (no timestamps: text only)
-    seq = np.array([prompt] * 5)
     rule = ApplyTimestampRules(tk, len(prompt), 50)
     tails = [[], [], [400], [begin + 30], [begin + 30, begin + 30]]
     for r, tail in enumerate(tails):
-        row = rows[r : r + 1]
-        if tail:
-            rule.apply(row, np.array([[*prompt, *tail]]))
-        else:
-            rule.apply(row, seq[r : r + 1])
+        rule.apply(rows[r : r + 1], np.array([[*prompt, *tail]]))
     rows[1, :] = -np.inf
     rows[1, [11, 13, 400]] = [2.0, 1.0, 3.0]  # three finite tokens, six asked for
     ref = rows.astype(np.float64)
