@@ -146,6 +146,17 @@ SABOTAGES: tuple[Sabotage, ...] = (
         ("tests/test_transcribe.py::test_repetition_guard_finds_every_loop_a_full_scan_finds",),
     ),
     Sabotage(
+        "reorder-overwrites-first",
+        "the cache reorder copies rows in any order, overwriting rows other copies still read",
+        "src/deskscribe/whisper/model.py",
+        "        ready = [b for b in pending if b not in read]\n",
+        "        ready = list(pending)\n",
+        (
+            "tests/test_engine.py::test_a_reordered_cache_gives_each_row_its_own_history",
+            "tests/test_engine.py::test_beam_search_matches_ctranslate2",
+        ),
+    ),
+    Sabotage(
         "merged-projections-one-scale",
         "the decoder's merged q, k, v projections lose the query's softmax scale",
         "src/deskscribe/whisper/graph.py",

@@ -189,6 +189,37 @@ def test_beam_search_matches_ctranslate2(tiny_model: WhisperModel, tiny_ct2: Pat
         assert ours.tokens == ref.sequences_ids[0]
 
 
+def test_a_reordered_cache_gives_each_row_its_own_history(tiny_model: WhisperModel, clips) -> None:
+    """Beam search hands ``step`` the row each new row continues; the cache is then reordered
+    in place, row by row. After chains, swaps, a three-cycle, two cycles at once, one row
+    copied everywhere and the identity, every row's logits are those of its whole history fed
+    at once to a fresh state (no cache to reorder)."""
+    tk = tiny_model.tokenizer
+    audio = tiny_model.encode(log_mel(clips[1], 80)[None])
+    prompt = [*tk.sot_sequence("en"), tk.no_timestamps]
+    state = tiny_model.start(audio, 5)
+    state.step(np.array([prompt] * 5, dtype=np.int64))
+    history = [list(prompt) for _ in range(5)]
+    orders = [
+        [0, 0, 1, 2, 3],  # a chain: row 4 must read row 3 before row 3 is overwritten
+        [1, 0, 2, 3, 4],  # a swap
+        [1, 2, 0, 3, 4],  # a three-cycle
+        [1, 0, 3, 2, 4],  # two swaps
+        [4, 3, 2, 1, 0],
+        [2, 2, 2, 2, 2],
+        [0, 1, 2, 3, 4],
+        [3, 3, 4, 0, 0],
+    ]
+    rng = np.random.default_rng(7)
+    for index in orders:
+        new = rng.integers(300, 3000, size=5)
+        history = [[*history[src], int(tok)] for src, tok in zip(index, new, strict=True)]
+        logits, _ = state.step(new[:, None], np.array(index))
+        fresh, _ = tiny_model.start(audio, 5).step(np.array(history, dtype=np.int64))
+        np.testing.assert_allclose(logits, fresh, atol=2e-3, err_msg=str(index))
+    assert len({tuple(h) for h in history}) > 1  # the rows still differ
+
+
 def test_beam_candidates_are_the_best_tokens_with_their_log_probabilities(
     tiny_model: WhisperModel, clips
 ) -> None:
