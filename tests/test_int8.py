@@ -324,3 +324,27 @@ def test_merged_projections_give_the_separate_ones_numbers(
         else:
             np.testing.assert_allclose(logits_a, logits_b, rtol=0, atol=1e-4)
             np.testing.assert_allclose(align_a, align_b, rtol=0, atol=1e-5)
+
+
+def test_int8_batched_words_do_not_depend_on_the_cores_or_the_batch(tiny_int8: Path) -> None:
+    """Real meeting speech (four AMI clips, five chunks), tiny.en int8, the batched path with
+    beam 5: the same words with two lanes sharing a batch of 8, one lane holding all 8, and
+    two lanes of one chunk each, as machines with different numbers of cores (or one busy
+    machine, its lanes taking their shares at other moments) would run it. An int8 matmul
+    quantizes its input with one scale for the rows of the whole batch, so chunks decoded
+    side by side change each other's words (``batched.lane_group``)."""
+    from deskscribe.whisper.transcribe import transcribe_blocks
+
+    clips = sorted((EVAL / "ami").glob("*.wav"))[:4]
+    audio = np.concatenate([decode_audio(c)[: 30 * 16000] for c in clips])
+    texts = {}
+    for threads, batch in ((2, 8), (1, 8), (2, 2)):
+        model = WhisperModel(tiny_int8, device="cpu", threads=threads)
+        opts = TranscribeOptions(language="en", batched=True, batch_size=batch, beam_size=5)
+        texts[threads, batch] = " ".join(
+            s.text.strip() for s in transcribe_blocks(model, [audio], opts)
+        )
+    first = texts[2, 8]
+    assert len(first.split()) > 100, first
+    for key, text in texts.items():
+        assert text == first, (key, first, text)

@@ -164,9 +164,8 @@ def transcribe_batched(
     lane_model = model.single_threaded() if lanes > 1 else model
     plan = plan_prompt(tk, model.dims.n_text_ctx, options.vocabulary, options.initial_prompt)
     prompt = plan.prompt(plan.initial)  # the same in every chunk: vocabulary, initial prompt
-    pipe = _Pipeline(
-        lane_model, options, language, prompt, lanes, batch_size // lanes, cancel, info, shared
-    )
+    group = lane_group(model, batch_size, lanes)
+    pipe = _Pipeline(lane_model, options, language, prompt, lanes, group, cancel, info, shared)
     total = total_seconds if total_seconds is not None else -1.0
     seg_id, done = 0, 0.0
 
@@ -436,6 +435,24 @@ def decoding_lanes(model: WhisperModel, batch_size: int) -> int:
         return 1
     threads = model.runtime.threads or os.cpu_count() or 1
     return max(1, min(threads, batch_size))
+
+
+def lane_group(model: WhisperModel, batch_size: int, lanes: int) -> int:
+    """Chunks a lane decodes together: its share of the batch, but one at a time for int8
+    weights on the CPU. An int8 matmul quantizes its input with one scale for all the rows
+    of the batch, so a chunk decoded beside others gets other words than alone, and which
+    chunks share a batch depends on the number of cores and, as lanes take their shares,
+    on timing: the 3-minute bench meeting (tiny.en int8, beam 5) differed in 33 and 43 of
+    255 words between 2 lanes of 4 chunks and 2 lanes of 1 or 1 lane of 8 (fp32: none).
+    Alone, a chunk gets the same words on any machine, in any run. The cost is the
+    decoder's weights read once per chunk instead of once per group: tiny.en the same
+    (2.25 against 2.18-2.40 s on that meeting, 2 cores), turbo's shape about 12 % more
+    per chunk on one thread (a beam-5 step 24.8 ms for one chunk, 59.5 ms for four, next
+    to 6.7 s of encoder); machines with a lane per chunk of the batch (8 cores and more)
+    decoded one at a time already."""
+    if model.variant == "int8" and not model.sessions.on_gpu:
+        return 1
+    return max(1, batch_size // lanes)
 
 
 UNCOVERED_SECONDS = 1.5  # speech before the first or after the last word that is suspect
