@@ -446,10 +446,11 @@ def lane_group(model: WhisperModel, batch_size: int, lanes: int) -> int:
     255 words between 2 lanes of 4 chunks and 2 lanes of 1 or 1 lane of 8 (fp32: none).
     Alone, a chunk gets the same words on any machine, in any run. The cost is the
     decoder's weights read once per chunk instead of once per group: tiny.en the same
-    (2.25 against 2.18-2.40 s on that meeting, 2 cores), turbo's shape about 12 % more
-    per chunk on one thread (a beam-5 step 24.8 ms for one chunk, 59.5 ms for four, next
-    to 6.7 s of encoder); machines with a lane per chunk of the batch (8 cores and more)
-    decoded one at a time already."""
+    (2.25 against 2.18-2.40 s on that meeting, 2 cores); turbo's shape on 2 cores 97
+    against 82-84 s for the 10-minute bench recording (``bench/turbo_ct2.py``; one thread,
+    a beam-5 step 24.8 ms for one chunk, 59.5 ms for four), at a third less peak memory.
+    Machines with a lane per chunk of the batch (8 cores and more) decoded one chunk a
+    lane already."""
     if model.variant == "int8" and not model.sessions.on_gpu:
         return 1
     return max(1, batch_size // lanes)
