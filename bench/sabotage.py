@@ -146,12 +146,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         ("tests/test_transcribe.py::test_repetition_guard_finds_every_loop_a_full_scan_finds",),
     ),
     Sabotage(
-        "int8-lanes-share-batches",
-        "int8 lanes on the CPU decode their share of the batch together again",
-        "src/deskscribe/whisper/batched.py",
-        "        return 1\n    return max(1, batch_size // lanes)",
-        "        pass\n    return max(1, batch_size // lanes)",
-        ("tests/test_int8.py::test_int8_batched_words_do_not_depend_on_the_cores_or_the_batch",),
+        "int8-windows-share-batches",
+        "int8 on the CPU decodes the windows of a batch together again (one scale for all)",
+        "src/deskscribe/whisper/model.py",
+        '        return self.variant == "int8" and not self.sessions.on_gpu\n',
+        "        return False\n",
+        (
+            "tests/test_int8.py::test_an_int8_batch_decodes_each_window_as_alone",
+            "tests/test_int8.py::test_int8_batched_words_do_not_depend_on_the_cores_or_the_batch",
+        ),
     ),
     Sabotage(
         "reorder-overwrites-first",

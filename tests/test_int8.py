@@ -348,3 +348,30 @@ def test_int8_batched_words_do_not_depend_on_the_cores_or_the_batch(tiny_int8: P
     assert len(first.split()) > 100, first
     for key, text in texts.items():
         assert text == first, (key, first, text)
+
+
+def test_an_int8_batch_decodes_each_window_as_alone(tiny_int8: Path, base_int8: Path) -> None:
+    """Four real AMI windows decoded as one batch (greedy and beam 5, tiny.en int8) give each
+    window the tokens it gets alone, and base int8's language probabilities for the batch are
+    each window's own: int8 scales its input per batch, so the windows go one at a time
+    (``WhisperModel.batches_share_scales``). fp32 batches the windows (they do not interact)."""
+    from deskscribe.whisper.decoding import DecodingOptions, WindowDecoder
+
+    clips = sorted((EVAL / "ami").glob("*.wav"))[4:8]
+    mels = np.stack([log_mel(decode_audio(c)[:N_SAMPLES], 80) for c in clips])
+    model = WhisperModel(tiny_int8, device="cpu", threads=2)
+    assert model.batches_share_scales
+    features = model.encode(mels)
+    for beam in (None, 5):
+        decoder = WindowDecoder(model, DecodingOptions(beam_size=beam))
+        together = [r.tokens for r in decoder.decode_batch(features, "en")]
+        alone = [decoder.decode(features.rows(i, i + 1), "en").tokens for i in range(4)]
+        assert together == alone, beam
+        assert all(len(t) > 10 for t in together)
+    multi = WhisperModel(base_int8, device="cpu", threads=2)
+    features = multi.encode(mels)
+    detector = WindowDecoder(multi, DecodingOptions())
+    together = detector.language_probs(features)
+    alone = [detector.language_probs(features.rows(i, i + 1))[0] for i in range(4)]
+    assert together == alone
+    assert all(max(p, key=p.get) == "en" for p in together)

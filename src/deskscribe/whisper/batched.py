@@ -59,15 +59,7 @@ def encode_chunks(model: WhisperModel, chunks: list[Chunk]) -> AudioFeatures:
 
 def row(features: AudioFeatures, i: int) -> AudioFeatures:
     """Window ``i`` of a batch of encoder output (a view in host memory)."""
-    return rows(features, i, i + 1)
-
-
-def rows(features: AudioFeatures, lo: int, hi: int) -> AudioFeatures:
-    """Windows ``lo`` to ``hi`` of a batch of encoder output (views in host memory)."""
-    host = features.to_host()
-    return AudioFeatures(
-        [k[lo:hi] for k in host.cross_k], [v[lo:hi] for v in host.cross_v], hi - lo
-    )
+    return features.rows(i, i + 1)
 
 
 def select(features: AudioFeatures, rows: list[int]) -> AudioFeatures:
@@ -164,7 +156,7 @@ def transcribe_batched(
     lane_model = model.single_threaded() if lanes > 1 else model
     plan = plan_prompt(tk, model.dims.n_text_ctx, options.vocabulary, options.initial_prompt)
     prompt = plan.prompt(plan.initial)  # the same in every chunk: vocabulary, initial prompt
-    group = lane_group(model, batch_size, lanes)
+    group = lane_group(model, batch_size, lanes, language)
     pipe = _Pipeline(lane_model, options, language, prompt, lanes, group, cancel, info, shared)
     total = total_seconds if total_seconds is not None else -1.0
     seg_id, done = 0, 0.0
@@ -437,21 +429,17 @@ def decoding_lanes(model: WhisperModel, batch_size: int) -> int:
     return max(1, min(threads, batch_size))
 
 
-def lane_group(model: WhisperModel, batch_size: int, lanes: int) -> int:
-    """Chunks a lane decodes together: its share of the batch, but one at a time for int8
-    weights on the CPU. An int8 matmul quantizes its input with one scale for all the rows
-    of the batch, so a chunk decoded beside others gets other words than alone, and which
-    chunks share a batch depends on the number of cores and, as lanes take their shares,
-    on timing: the 3-minute bench meeting (tiny.en int8, beam 5) differed in 33 and 43 of
-    255 words between 2 lanes of 4 chunks and 2 lanes of 1 or 1 lane of 8 (fp32: none).
-    Alone, a chunk gets the same words on any machine, in any run. The cost is the
-    decoder's weights read once per chunk instead of once per group: tiny.en the same
-    (2.25 against 2.18-2.40 s on that meeting, 2 cores); turbo's shape on 2 cores 97
-    against 82-84 s for the 10-minute bench recording (``bench/turbo_ct2.py``; one thread,
-    a beam-5 step 24.8 ms for one chunk, 59.5 ms for four), at a third less peak memory.
-    Machines with a lane per chunk of the batch (8 cores and more) decoded one chunk a
-    lane already."""
-    if model.variant == "int8" and not model.sessions.on_gpu:
+def lane_group(model: WhisperModel, batch_size: int, lanes: int, language: str | None) -> int:
+    """Chunks a lane takes together: its share of the batch; one for int8 weights on the
+    CPU when the language is known. Such a model decodes each chunk on its own anyway
+    (``WhisperModel.batches_share_scales``), so more chunks only hold more memory and even
+    out the lanes' ends more coarsely; detecting the language, a lane still takes its share,
+    since an unsurely detected chunk or one whose neighbour speaks another language is cut
+    into language runs. Turbo's shape on 2 cores, the 10-minute bench recording
+    (``bench/turbo_ct2.py``): 97 s and 1.48 GiB of peak memory, against 82-84 s and
+    2.19-2.24 GiB when a lane's four chunks shared their batch (one thread, a beam-5 step:
+    24.8 ms for one chunk, 59.5 ms for four); tiny.en the same."""
+    if language and model.batches_share_scales:
         return 1
     return max(1, batch_size // lanes)
 

@@ -326,9 +326,14 @@ class WindowDecoder:
         return max(probs, key=lambda c: probs[c]), probs
 
     def language_probs(self, audio: AudioFeatures) -> list[dict[str, float]]:
-        """Each window's language probabilities (one decoder step for the whole batch)."""
+        """Each window's language probabilities (one decoder step for the whole batch, or for
+        each window where a batch's rows share their int8 scales)."""
         if not self.tk.multilingual:
             return [{"en": 1.0}] * audio.batch
+        if audio.batch > 1 and self.model.batches_share_scales:
+            return [
+                p for i in range(audio.batch) for p in self.language_probs(audio.rows(i, i + 1))
+            ]
         state = self.model.start(audio, audio.batch)
         logits, _ = state.step(np.array([[self.tk.sot]] * audio.batch))
         codes = list(self.tk.language_ids)
@@ -346,9 +351,16 @@ class WindowDecoder:
     def decode_batch(
         self, audio: AudioFeatures, language: str | None, cancel: threading.Event | None = None
     ) -> list[DecodingResult]:
-        """Decode the ``audio.batch`` windows of ``audio`` together; one result per window.
-        ``cancel`` is checked before every decoder step (TranscriptionCancelled)."""
+        """Decode the ``audio.batch`` windows of ``audio`` together (one at a time where a
+        batch's rows share their int8 scales: ``WhisperModel.batches_share_scales``); one
+        result per window. ``cancel`` is checked before every decoder step
+        (TranscriptionCancelled)."""
         n_audio = audio.batch
+        if n_audio > 1 and self.model.batches_share_scales:
+            one = [
+                self.decode_batch(audio.rows(i, i + 1), language, cancel) for i in range(n_audio)
+            ]
+            return [r for results in one for r in results]
         initial, sot_index = self.initial_tokens(language)
         filters = self.filters(len(initial))
         n_beams = self.opt.beam_size if self.opt.beam_size and self.opt.temperature == 0 else 1

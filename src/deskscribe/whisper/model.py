@@ -73,6 +73,13 @@ class AudioFeatures:
         named.update({f"cross_v_{i}": v for i, v in enumerate(self.cross_v)})
         return named
 
+    def rows(self, lo: int, hi: int) -> AudioFeatures:
+        """Windows ``lo`` to ``hi`` (views in host memory)."""
+        host = self.to_host()
+        return AudioFeatures(
+            [k[lo:hi] for k in host.cross_k], [v[lo:hi] for v in host.cross_v], hi - lo
+        )
+
     def to_host(self) -> AudioFeatures:
         if all(isinstance(x, np.ndarray) for x in (*self.cross_k, *self.cross_v)):
             return self
@@ -169,6 +176,18 @@ class WhisperModel:
             return False  # unknown device: Runtime.open says so
         present = set(available_providers())
         return not any(p != CPU and p in present for p in wanted)
+
+    @property
+    def batches_share_scales(self) -> bool:
+        """int8 weights on the CPU: each matmul quantizes its input with one scale for all
+        the rows of the batch, so a row's numbers depend on the rows beside it. Windows
+        decoded together would then change each other's words, and which windows share a
+        batch depends on the machine (the batched path's lanes, one per core) and on timing:
+        on the 3-minute bench meeting (tiny.en int8, beam 5) 33 and 43 of 255 words differed
+        between 2 lanes of 4 windows, 2 lanes of 1 and 1 lane of 8 (fp32: none). So such a
+        model decodes each window on its own (``WindowDecoder.decode_batch``); a window's
+        beams still share their batch, which depends on nothing but the window."""
+        return self.variant == "int8" and not self.sessions.on_gpu
 
     def single_threaded(self) -> WhisperModel:
         """This model on sessions of its own that run on one thread each (opened on first

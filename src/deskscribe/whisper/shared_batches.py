@@ -20,10 +20,10 @@ a core idle; on the bench (2 cores, tiny.en int8, 4-8 streams) merging changed t
 
 Rows of a batch are decoded independently (beam search per row), so with float weights a
 merged call gives each caller the text it gets alone (the tests hold it to that). The int8
-variant (CPU only) quantizes each matmul's input with one scale for the whole batch, so there a
-row's numbers, and now and then a word, depend on the rows beside it: merging on the CPU
-(``on_cpu``) can change a word against the text alone, as the batched path's own grouping of
-chunks can. Cancelling one member stops only its own work: a merged batch stops early only
+variant (CPU only) quantizes each matmul's input with one scale for the whole batch, so it
+decodes each window of a batch on its own (``WhisperModel.batches_share_scales``): merged
+calls keep each caller's words, and with int8, merging on the CPU saves nothing but waiting.
+Cancelling one member stops only its own work: a merged batch stops early only
 once every member in it was cancelled.
 """
 
