@@ -157,6 +157,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
         ),
     ),
     Sabotage(
+        "int8-batch-decoded-together",
+        "decode_batch decodes an int8 batch's windows together again (language detection apart)",
+        "src/deskscribe/whisper/decoding.py",
+        "        if n_audio > 1 and self.model.batches_share_scales:\n",
+        "        if False:\n",
+        ("tests/test_int8.py::test_an_int8_batch_decodes_each_window_as_alone",),
+    ),
+    Sabotage(
         "reorder-overwrites-first",
         "the cache reorder copies rows in any order, overwriting rows other copies still read",
         "src/deskscribe/whisper/model.py",

@@ -360,7 +360,6 @@ def test_an_int8_batch_decodes_each_window_as_alone(tiny_int8: Path, base_int8: 
     clips = sorted((EVAL / "ami").glob("*.wav"))[4:8]
     mels = np.stack([log_mel(decode_audio(c)[:N_SAMPLES], 80) for c in clips])
     model = WhisperModel(tiny_int8, device="cpu", threads=2)
-    assert model.batches_share_scales
     features = model.encode(mels)
     for beam in (None, 5):
         decoder = WindowDecoder(model, DecodingOptions(beam_size=beam))

@@ -143,8 +143,9 @@ def transcribe_batched(
 
     A pipeline: one thread streams the audio through the VAD into chunks; on the CPU one
     lane per thread of the model takes its share of each batch (``batch_size`` chunks in
-    all) and encodes, decodes and times it on single-threaded sessions; on a GPU one lane
-    takes whole batches. Segments come out chunk by chunk, in order.
+    all; one chunk at a time for int8 with the language known, see ``lane_group``) and
+    encodes, decodes and times it on single-threaded sessions; on a GPU one lane takes
+    whole batches. Segments come out chunk by chunk, in order.
     """
     tk = model.tokenizer
     language = forced_language(tk, options)
@@ -212,10 +213,14 @@ class _LaneSteps:
         self.expected = 1
         self.span = (0.0, 0.0)  # file time from the last chunk out before this batch to its end
 
-    def start(self, chunks: list[Chunk], after: float) -> None:
+    def start(self, chunks: list[Chunk], after: float, one_by_one: bool = False) -> None:
+        """A batch of ``chunks`` begins; ``one_by_one``: its windows are decoded one after the
+        other (``WhisperModel.batches_share_scales``), not side by side."""
         self.steps = 0
         self.chunks = len(chunks)
-        self.expected = max(1, int(self.TOKENS_PER_SECOND * max(c.seconds for c in chunks)))
+        seconds = [c.seconds for c in chunks]
+        spoken = sum(seconds) if one_by_one else max(seconds)
+        self.expected = max(1, int(self.TOKENS_PER_SECOND * spoken))
         self.span = (after, chunks[-1].file_end)
 
     def outstanding(self) -> float:
@@ -382,7 +387,8 @@ class _Pipeline:
                     return
                 chunks = [c for _, c in taken]
                 with self.cond:
-                    steps.start(chunks, chunks[0].pieces[0][1] / SAMPLE_RATE)
+                    after = chunks[0].pieces[0][1] / SAMPLE_RATE
+                    steps.start(chunks, after, self.model.batches_share_scales)
                     self.busy.add(lane)
                 segments, fitted = _decode_fitting(
                     self.model, chunks, self.language, self.options, self.prompt, steps

@@ -357,8 +357,10 @@ class WindowDecoder:
         (TranscriptionCancelled)."""
         n_audio = audio.batch
         if n_audio > 1 and self.model.batches_share_scales:
+            # each window as alone: its own decoder, so a temperature fallback samples as alone
+            alone = [WindowDecoder(self.model, self.opt) for _ in range(n_audio)]
             one = [
-                self.decode_batch(audio.rows(i, i + 1), language, cancel) for i in range(n_audio)
+                d.decode_batch(audio.rows(i, i + 1), language, cancel) for i, d in enumerate(alone)
             ]
             return [r for results in one for r in results]
         initial, sot_index = self.initial_tokens(language)

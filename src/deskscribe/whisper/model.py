@@ -179,15 +179,17 @@ class WhisperModel:
 
     @property
     def batches_share_scales(self) -> bool:
-        """int8 weights on the CPU: each matmul quantizes its input with one scale for all
+        """int8 weights: each matmul quantizes its input with one scale for all
         the rows of the batch, so a row's numbers depend on the rows beside it. Windows
         decoded together would then change each other's words, and which windows share a
         batch depends on the machine (the batched path's lanes, one per core) and on timing:
         on the 3-minute bench meeting (tiny.en int8, beam 5) 33 and 43 of 255 words differed
         between 2 lanes of 4 windows, 2 lanes of 1 and 1 lane of 8 (fp32: none). So such a
         model decodes each window on its own (``WindowDecoder.decode_batch``); a window's
-        beams still share their batch, which depends on nothing but the window."""
-        return self.variant == "int8" and not self.sessions.on_gpu
+        beams still share their batch, which depends on nothing but the window. On a GPU too:
+        an int8 model can be named there, and its matmuls quantize the same way wherever
+        they run (the GPUs' own variant is fp16)."""
+        return self.variant == "int8"
 
     def single_threaded(self) -> WhisperModel:
         """This model on sessions of its own that run on one thread each (opened on first
@@ -302,8 +304,8 @@ class DecoderState:
 
     On the CPU the cache is one numpy buffer per layer with spare slots; the decoder reads
     the buffer in place and returns only the new tokens' keys/values, which are written into
-    the next free slots, so a step copies nothing but those. Beam search reorders rows with
-    one ``take`` (only when the order really changes). On a GPU the cache stays on the device:
+    the next free slots, so a step copies nothing but those. Beam search reorders rows by
+    copying only the rows that move (``copy_plan``). On a GPU the cache stays on the device:
     the new keys/values are appended (and rows reordered) there by a small cache graph.
     """
 
