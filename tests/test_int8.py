@@ -332,7 +332,7 @@ def test_int8_batched_words_do_not_depend_on_the_cores_or_the_batch(tiny_int8: P
     two lanes of one chunk each, as machines with different numbers of cores (or one busy
     machine, its lanes taking their shares at other moments) would run it. An int8 matmul
     quantizes its input with one scale for the rows of the whole batch, so chunks decoded
-    side by side change each other's words (``batched.lane_group``)."""
+    side by side would change each other's words (``WhisperModel.batches_share_scales``)."""
     from deskscribe.whisper.transcribe import transcribe_blocks
 
     clips = sorted((EVAL / "ami").glob("*.wav"))[:4]

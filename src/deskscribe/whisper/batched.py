@@ -436,8 +436,8 @@ def decoding_lanes(model: WhisperModel, batch_size: int) -> int:
 
 
 def lane_group(model: WhisperModel, batch_size: int, lanes: int, language: str | None) -> int:
-    """Chunks a lane takes together: its share of the batch; one for int8 weights on the
-    CPU when the language is known. Such a model decodes each chunk on its own anyway
+    """Chunks a lane takes together: its share of the batch; one for int8 weights when the
+    language is known. Such a model decodes each chunk on its own anyway
     (``WhisperModel.batches_share_scales``), so more chunks only hold more memory and even
     out the lanes' ends more coarsely; detecting the language, a lane still takes its share,
     since an unsurely detected chunk or one whose neighbour speaks another language is cut
